@@ -1,0 +1,41 @@
+/* log.c - one-line messages to stderr without malloc or stdio. */
+#include "log.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+int fa_write_all(int fd, const char *buf, size_t len)
+{
+    int saved = errno, err = 0;
+    while (len) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            err = n < 0 ? errno : EIO;
+            break;
+        }
+        buf += n;
+        len -= (size_t)n;
+    }
+    errno = saved;
+    return err;
+}
+
+bool fa_log_enabled(enum fa_log_level level) { return (uint64_t)level <= fa_opt_u64(FA_OPT_LOG); }
+
+void fa_log(enum fa_log_level level, const char *fmt, ...)
+{
+    if (!fa_log_enabled(level))
+        return;
+    char storage[1024];
+    fa_buf b;
+    fa_buf_init(&b, storage, sizeof storage - 1); /* keep room for '\n' */
+    fa_buf_str(&b, "forgealloc: ");
+    va_list ap;
+    va_start(ap, fmt);
+    fa_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    storage[b.len] = '\n';
+    fa_write_all(2, storage, b.len + 1);
+}

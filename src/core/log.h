@@ -1,0 +1,22 @@
+/* log.h - one-line messages to stderr, built on the stack and written with
+ * write(2): safe inside malloc, at exit and in signal handlers. */
+#ifndef FA_LOG_H
+#define FA_LOG_H
+
+#include "options.h"
+
+/* Print "forgealloc: <message>\n" to stderr when `level` is enabled by
+ * FORGEALLOC_LOG.  Messages are one line for a person: what is wrong and
+ * what to do, naming the variable. */
+void fa_log(enum fa_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool fa_log_enabled(enum fa_log_level level);
+/* Write all of buf to fd, retrying on EINTR and short writes.  Returns 0
+ * or the errno value of the failure; errno itself is left unchanged. */
+int fa_write_all(int fd, const char *buf, size_t len);
+
+#define fa_error(...) fa_log(FA_LOG_ERROR, __VA_ARGS__)
+#define fa_warn(...) fa_log(FA_LOG_WARN, __VA_ARGS__)
+#define fa_info(...) fa_log(FA_LOG_INFO, __VA_ARGS__)
+#define fa_debug(...) fa_log(FA_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,503 @@
+/* options.c - parse FORGEALLOC_* settings from the one table (options.def).
+ *
+ * Whole values must parse: "12X", "1e9", "-1" or "10 apples" are rejected
+ * with one line naming the variable, and the default is used instead.
+ * Sizes are binary (1K = 1024) and checked for overflow. */
+#include "options.h"
+
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define FA_PATH_MAX 4096
+
+const fa_option_desc fa_option_table[FA_OPT_COUNT] = {
+#define FA_OPTION(id, type, def, min, max, choices, scope, doc) \
+    [FA_OPT_##id] = {"FORGEALLOC_" #id, FA_TYPE_##type, def, min, max, choices, FA_SCOPE_##scope, doc},
+#include "options.def"
+#undef FA_OPTION
+};
+
+static fa_optval values[FA_OPT_COUNT];
+static char path_store[FA_OPT_COUNT][FA_PATH_MAX];
+static int invalid_count;
+static int load_state; /* 0 = not loaded, 1 = loading, 2 = loaded */
+
+extern char **environ;
+
+/* ---- parsing ---------------------------------------------------------- */
+
+static const char *skip_ws(const char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    return s;
+}
+
+/* Decimal number "123" or "1.25": at most 18 integer digits and 9 decimals.
+ * Returns the end, or NULL when there is no number. */
+static const char *parse_decimal(const char *s, uint64_t *ip, uint64_t *frac, int *fdigits)
+{
+    uint64_t v = 0, f = 0;
+    int nd = 0, nf = 0;
+    for (; *s >= '0' && *s <= '9'; s++, nd++) {
+        if (nd >= 18)
+            return NULL;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    if (*s == '.') {
+        s++;
+        for (; *s >= '0' && *s <= '9'; s++) {
+            if (nf < 9) {
+                f = f * 10 + (uint64_t)(*s - '0');
+                nf++;
+            }
+        }
+        if (nf == 0 && nd == 0)
+            return NULL;
+    }
+    if (nd == 0 && nf == 0)
+        return NULL;
+    *ip = v;
+    *frac = f;
+    *fdigits = nf;
+    return s;
+}
+
+static double decimal_value(uint64_t ip, uint64_t frac, int fdigits)
+{
+    double d = (double)frac;
+    for (int i = 0; i < fdigits; i++)
+        d /= 10.0;
+    return (double)ip + d;
+}
+
+static bool parse_size(const char *text, uint64_t *out)
+{
+    uint64_t ip, frac;
+    int nf;
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    if (!s)
+        return false;
+    s = skip_ws(s);
+    int shift = 0;
+    switch (*s | 0x20) {
+    case 'k': shift = 10; s++; break;
+    case 'm': shift = 20; s++; break;
+    case 'g': shift = 30; s++; break;
+    case 't': shift = 40; s++; break;
+    default: break;
+    }
+    if (shift && (*s | 0x20) == 'i' && (s[1] | 0x20) == 'b')
+        s += 2;
+    else if ((*s | 0x20) == 'b')
+        s++;
+    if (*skip_ws(s))
+        return false;
+    if (shift == 0 && nf && frac) /* fractional bytes */
+        return false;
+    if (ip > (UINT64_MAX >> shift))
+        return false;
+    uint64_t v = ip << shift;
+    if (nf) {
+        uint64_t div = 1;
+        for (int i = 0; i < nf; i++)
+            div *= 10;
+        /* frac < div <= 1e9 and shift <= 40: frac << shift fits in 64 bits */
+        uint64_t add = (uint64_t)(((unsigned __int128)frac << shift) / div);
+        if (v + add < v)
+            return false;
+        v += add;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_number(const char *text, double min, double max, double *out)
+{
+    uint64_t ip, frac;
+    int nf;
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    if (!s || *skip_ws(s))
+        return false;
+    double d = decimal_value(ip, frac, nf);
+    if (d < min || d > max)
+        return false;
+    *out = d;
+    return true;
+}
+
+static bool parse_seconds(const char *text, double min, double max, uint64_t *ms)
+{
+    uint64_t ip, frac;
+    int nf;
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    if (!s)
+        return false;
+    double d = decimal_value(ip, frac, nf);
+    s = skip_ws(s);
+    if ((s[0] | 0x20) == 'm' && (s[1] | 0x20) == 's') {
+        d /= 1000.0;
+        s += 2;
+    } else if ((s[0] | 0x20) == 's') {
+        s++;
+    } else if ((s[0] | 0x20) == 'm') {
+        d *= 60.0;
+        s++;
+    }
+    if (*skip_ws(s) || d < min || d > max)
+        return false;
+    *ms = (uint64_t)(d * 1000.0 + 0.5);
+    return true;
+}
+
+static bool parse_bool(const char *text, uint64_t *out)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (fa_streq_nocase(text, yes[i])) {
+            *out = 1;
+            return true;
+        }
+        if (fa_streq_nocase(text, no[i])) {
+            *out = 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool parse_enum(const char *text, const char *choices, uint64_t *out)
+{
+    uint64_t idx = 0;
+    const char *c = choices;
+    while (*c) {
+        const char *end = strchr(c, '|');
+        size_t n = end ? (size_t)(end - c) : strlen(c);
+        size_t i = 0;
+        while (i < n && text[i] && (text[i] | 0x20) == c[i])
+            i++;
+        if (i == n && text[i] == '\0') {
+            *out = idx;
+            return true;
+        }
+        idx++;
+        c += n + (end ? 1 : 0);
+    }
+    return false;
+}
+
+bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, const char **expected)
+{
+    fa_optval v = {0};
+    v.src = FA_SRC_ENV;
+    bool ok = false;
+    switch (d->type) {
+    case FA_TYPE_SIZE:
+        *expected = "a size (use 4G, 512MiB or 1048576)";
+        ok = parse_size(text, &v.u);
+        break;
+    case FA_TYPE_SIZE_PCT: {
+        *expected = "a size or percentage (use 4G, 512MiB or 40%)";
+        size_t n = strlen(text);
+        const char *t = text;
+        while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
+            n--;
+        if (n && t[n - 1] == '%') {
+            char tmp[64];
+            if (n - 1 >= sizeof tmp)
+                break;
+            memcpy(tmp, t, n - 1);
+            tmp[n - 1] = '\0';
+            ok = parse_number(tmp, d->min, d->max, &v.d);
+            v.is_pct = true;
+        } else {
+            ok = parse_size(text, &v.u);
+        }
+        break;
+    }
+    case FA_TYPE_NUM:
+        *expected = "a number";
+        ok = parse_number(text, d->min, d->max, &v.d);
+        v.u = (uint64_t)v.d;
+        break;
+    case FA_TYPE_SECONDS:
+        *expected = "a duration (use 30, 1.5s, 500ms or 2m)";
+        ok = parse_seconds(text, d->min, d->max, &v.u);
+        break;
+    case FA_TYPE_BOOL:
+        *expected = "a boolean (use 1 or 0, true or false, yes or no, on or off)";
+        ok = parse_bool(text, &v.u);
+        break;
+    case FA_TYPE_ENUM:
+        *expected = d->choices;
+        ok = parse_enum(text, d->choices, &v.u);
+        break;
+    case FA_TYPE_PATH:
+        *expected = "a path (or - for stderr)";
+        ok = text[0] != '\0' && strlen(text) < FA_PATH_MAX;
+        v.s = text;
+        break;
+    }
+    if (ok)
+        *out = v;
+    return ok;
+}
+
+/* ---- loading ---------------------------------------------------------- */
+
+static void set_default(enum fa_opt_id id)
+{
+    const char *expected;
+    fa_optval v = {0};
+    if (!fa_option_parse(&fa_option_table[id], fa_option_table[id].def, &v, &expected))
+        v = (fa_optval){0}; /* empty defaults (launcher paths) */
+    if (fa_option_table[id].type == FA_TYPE_PATH)
+        v.s = fa_option_table[id].def;
+    v.src = FA_SRC_DEFAULT;
+    values[id] = v;
+}
+
+static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expected)
+{
+    if (d->type == FA_TYPE_ENUM) {
+        fa_buf_str(b, "one of ");
+        for (const char *c = expected; *c; c++) {
+            if (*c == '|')
+                fa_buf_str(b, ", ");
+            else
+                fa_buf_putc(b, *c);
+        }
+    } else {
+        fa_buf_str(b, expected);
+    }
+    if (d->type == FA_TYPE_NUM || d->type == FA_TYPE_SECONDS) {
+        fa_buf_str(b, " from ");
+        fa_buf_fixed(b, d->min, 0);
+        fa_buf_str(b, " to ");
+        fa_buf_fixed(b, d->max, 0);
+        if (d->type == FA_TYPE_SECONDS)
+            fa_buf_str(b, " seconds");
+    }
+}
+
+static void apply(enum fa_opt_id id, const char *text)
+{
+    const fa_option_desc *d = &fa_option_table[id];
+    const char *expected = "";
+    fa_optval v;
+    if (fa_option_parse(d, text, &v, &expected)) {
+        if (d->type == FA_TYPE_PATH) {
+            memcpy(path_store[id], text, strlen(text) + 1);
+            v.s = path_store[id];
+        }
+        values[id] = v;
+        return;
+    }
+    invalid_count++;
+    values[id].src = FA_SRC_INVALID;
+    char m[600], defbuf[64];
+    fa_buf b, dv;
+    fa_buf_init(&b, m, sizeof m);
+    fa_buf_init(&dv, defbuf, sizeof defbuf);
+    fa_option_format(&dv, id);
+    fa_buf_printf(&b, "%s='", d->name);
+    fa_buf_quoted_raw(&b, text, 64);
+    fa_buf_str(&b, text[0] ? "' is not " : "' is empty; expected ");
+    expected_phrase(&b, d, expected);
+    bool strict = values[FA_OPT_STRICT].u;
+    fa_log(strict ? FA_LOG_ERROR : FA_LOG_WARN, "%s; %s %s", m, strict ? "default would be" : "using", defbuf);
+}
+
+static int find_option(const char *entry, size_t namelen)
+{
+    for (int i = 0; i < FA_OPT_COUNT; i++) {
+        const char *n = fa_option_table[i].name;
+        if (strlen(n) == namelen && memcmp(n, entry, namelen) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* The value of `id` in envp (first occurrence), or NULL. */
+static const char *lookup(char *const *envp, enum fa_opt_id id)
+{
+    size_t n = strlen(fa_option_table[id].name);
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, fa_option_table[id].name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+int fa_options_load(char *const *envp)
+{
+    invalid_count = 0;
+    for (int i = 0; i < FA_OPT_COUNT; i++)
+        set_default((enum fa_opt_id)i);
+    /* LOG and STRICT first: they decide how the others' problems are told. */
+    static const enum fa_opt_id first[] = {FA_OPT_LOG, FA_OPT_STRICT};
+    for (size_t k = 0; k < sizeof first / sizeof first[0]; k++) {
+        const char *t = lookup(envp, first[k]);
+        if (t)
+            apply(first[k], t);
+    }
+    for (int i = 0; i < FA_OPT_COUNT; i++) {
+        if (i == FA_OPT_LOG || i == FA_OPT_STRICT || fa_option_table[i].scope != FA_SCOPE_LIB)
+            continue;
+        const char *t = lookup(envp, (enum fa_opt_id)i);
+        if (t)
+            apply((enum fa_opt_id)i, t);
+    }
+    for (char *const *e = envp; e && *e; e++) {
+        if (strncmp(*e, "FORGEALLOC_", 11) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (find_option(*e, n) < 0) {
+            char name[65], m[300];
+            size_t k = n < 64 ? n : 64;
+            memcpy(name, *e, k);
+            name[k] = '\0';
+            fa_buf b;
+            fa_buf_init(&b, m, sizeof m);
+            fa_buf_quoted_raw(&b, name, 64);
+            fa_warn("%s is not a forgealloc setting and is ignored; `forgealloc env` lists them all", m);
+        }
+    }
+    __atomic_store_n(&load_state, 2, __ATOMIC_RELEASE);
+    return invalid_count;
+}
+
+int fa_options_invalid_count(void) { return invalid_count; }
+
+const fa_optval *fa_opt(enum fa_opt_id id)
+{
+    if (__atomic_load_n(&load_state, __ATOMIC_ACQUIRE) != 2) {
+        int expect = 0;
+        if (__atomic_compare_exchange_n(&load_state, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            for (int i = 0; i < FA_OPT_COUNT; i++)
+                set_default((enum fa_opt_id)i);
+            int bad = fa_options_load(environ);
+            if (bad && values[FA_OPT_STRICT].u) {
+                fa_error("FORGEALLOC_STRICT=1 and %d setting%s invalid; refusing to start (fix or unset %s)", bad,
+                         bad == 1 ? " is" : "s are", bad == 1 ? "it" : "them");
+                _exit(2);
+            }
+        }
+        /* else: loading on this or another thread; the values hold the
+         * defaults or better, which is what a recursive call should see. */
+    }
+    return &values[id];
+}
+
+/* ---- rendering -------------------------------------------------------- */
+
+static const char *choice(const char *choices, uint64_t idx, char *tmp, size_t cap)
+{
+    const char *c = choices;
+    for (uint64_t i = 0; i < idx && c; i++) {
+        c = strchr(c, '|');
+        if (c)
+            c++;
+    }
+    if (!c)
+        return "?";
+    size_t n = strcspn(c, "|");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(tmp, c, n);
+    tmp[n] = '\0';
+    return tmp;
+}
+
+void fa_option_format(fa_buf *b, enum fa_opt_id id)
+{
+    const fa_option_desc *d = &fa_option_table[id];
+    const fa_optval *v = &values[id];
+    char tmp[32];
+    switch (d->type) {
+    case FA_TYPE_SIZE_PCT:
+        if (v->is_pct) {
+            fa_buf_fixed(b, v->d, v->d == (double)(uint64_t)v->d ? 0 : 1);
+            fa_buf_putc(b, '%');
+            break;
+        }
+        /* fall through */
+    case FA_TYPE_SIZE: fa_buf_bytes(b, v->u); break;
+    case FA_TYPE_NUM: fa_buf_fixed(b, v->d, v->d == (double)(uint64_t)v->d ? 0 : 2); break;
+    case FA_TYPE_SECONDS:
+        fa_buf_fixed(b, (double)v->u / 1000.0, v->u % 1000 ? 3 : 0);
+        fa_buf_putc(b, 's');
+        break;
+    case FA_TYPE_BOOL: fa_buf_str(b, v->u ? "1" : "0"); break;
+    case FA_TYPE_ENUM: fa_buf_str(b, choice(d->choices, v->u, tmp, sizeof tmp)); break;
+    case FA_TYPE_PATH: fa_buf_str(b, v->s ? v->s : ""); break;
+    }
+}
+
+static const char *type_name(fa_opt_type t)
+{
+    switch (t) {
+    case FA_TYPE_SIZE: return "size";
+    case FA_TYPE_SIZE_PCT: return "size or percent";
+    case FA_TYPE_NUM: return "number";
+    case FA_TYPE_SECONDS: return "seconds";
+    case FA_TYPE_BOOL: return "boolean";
+    case FA_TYPE_ENUM: return "choice";
+    case FA_TYPE_PATH: return "path";
+    }
+    return "?";
+}
+
+void fa_options_json(fa_buf *b)
+{
+    (void)fa_opt(FA_OPT_LOG);
+    fa_buf_putc(b, '[');
+    for (int i = 0; i < FA_OPT_COUNT; i++) {
+        const fa_option_desc *d = &fa_option_table[i];
+        char vbuf[FA_PATH_MAX + 16];
+        fa_buf v;
+        fa_buf_init(&v, vbuf, sizeof vbuf);
+        fa_option_format(&v, (enum fa_opt_id)i);
+        fa_buf_str(b, i ? ",\n {\"name\":" : "\n {\"name\":");
+        fa_buf_json_str(b, d->name);
+        fa_buf_str(b, ",\"type\":");
+        fa_buf_json_str(b, type_name(d->type));
+        fa_buf_str(b, ",\"default\":");
+        fa_buf_json_str(b, d->def);
+        fa_buf_str(b, ",\"scope\":");
+        fa_buf_json_str(b, d->scope == FA_SCOPE_LIB ? "library" : "launcher");
+        if (d->scope == FA_SCOPE_LIB) {
+            fa_buf_str(b, ",\"effective\":");
+            fa_buf_json_str(b, vbuf);
+            fa_buf_str(b, ",\"source\":");
+            fa_buf_json_str(b, values[i].src == FA_SRC_ENV       ? "environment"
+                               : values[i].src == FA_SRC_INVALID ? "invalid, default used"
+                                                                 : "default");
+        }
+        if (d->choices) {
+            fa_buf_str(b, ",\"choices\":");
+            fa_buf_json_str(b, d->choices);
+        }
+        fa_buf_str(b, ",\"doc\":");
+        fa_buf_json_str(b, d->doc);
+        fa_buf_putc(b, '}');
+    }
+    fa_buf_str(b, "\n]\n");
+}
+
+void fa_options_echo(fa_buf *b)
+{
+    fa_buf_str(b, "settings:");
+    for (int i = 0; i < FA_OPT_COUNT; i++) {
+        if (fa_option_table[i].scope != FA_SCOPE_LIB)
+            continue;
+        fa_buf_printf(b, " %s=", fa_option_table[i].name + 11);
+        fa_option_format(b, (enum fa_opt_id)i);
+        if (values[i].src == FA_SRC_INVALID)
+            fa_buf_str(b, "(default; setting invalid)");
+    }
+}

@@ -1,0 +1,535 @@
+/* host.c - the host-memory core (see host.h).
+ *
+ * Fast path of every allocating call: count into the thread's record, call
+ * tcmalloc, and compare the size with one threshold (`slow_size`) that
+ * covers large-allocation reports, the release policy and, while it is
+ * still 0, first-use initialisation.  Only tc_* functions are called, never
+ * malloc, so it does not matter which definition wins symbol lookup.
+ *
+ * Compiled with -fexceptions: std::bad_alloc thrown by tc_new passes
+ * through these frames to the caller of operator new. */
+#define _GNU_SOURCE
+#include "host.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gperftools/malloc_extension_c.h>
+#include <gperftools/tcmalloc.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "../core/options.h"
+#include "../core/fmt.h"
+#include "../stats/snapshot.h"
+#include "../stats/stats.h"
+#include "release.h"
+
+/* tcmalloc's C++ entry points (gperftools/tcmalloc.h declares them for C++
+ * only), with their C ABI: std::align_val_t is a size_t and a
+ * const std::nothrow_t& a pointer. */
+void *tc_new(size_t size);
+void *tc_new_nothrow(size_t size, const void *nothrow);
+void *tc_new_aligned(size_t size, size_t align);
+void *tc_new_aligned_nothrow(size_t size, size_t align, const void *nothrow);
+void tc_delete(void *p);
+void tc_delete_sized(void *p, size_t size);
+void tc_delete_aligned(void *p, size_t align);
+void tc_delete_sized_aligned(void *p, size_t size, size_t align);
+
+/* tcmalloc's release-rate flag.  TCMALLOC_RELEASE_RATE is read once, at
+ * load, but the flag is re-read at every scavenge, so writing it takes
+ * effect at once (FIELD-NOTES; gperftools 2.10 has no API for it).  Weak:
+ * another tcmalloc build without the symbol leaves it NULL. */
+extern double fa_tc_release_rate __asm__(
+    "_ZN62FLAG__namespace_do_not_use_directly_use_DECLARE_double_instead27FLAGS_tcmalloc_release_rateE")
+    __attribute__((weak));
+
+static const char nothrow_tag = 0; /* stands in for std::nothrow */
+
+/* 0 until initialised: every call then takes the slow path, which loads
+ * the settings.  Afterwards min(report threshold, FA_RELEASE_MIN). */
+static size_t slow_size;
+static size_t report_size; /* 0 = reports off */
+static size_t page_size = 4096;
+static struct timespec start_time;
+
+/* Depth of tcmalloc calls on this thread: a signal handler that finds it
+ * non-zero must not call into tcmalloc (its locks may be held). */
+static __thread unsigned char in_tc __attribute__((tls_model("initial-exec")));
+#define TC_ENTER() (in_tc++)
+#define TC_LEAVE() (in_tc--)
+
+bool fa_host_tc_safe(void) { return in_tc == 0; }
+
+static void host_init(void)
+{
+    (void)fa_opt(FA_OPT_LOG); /* loads every setting */
+    fa_stats_init();
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0)
+        page_size = (size_t)ps;
+    if (start_time.tv_sec == 0)
+        clock_gettime(CLOCK_MONOTONIC, &start_time);
+    uint64_t r = fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT);
+    report_size = (size_t)r;
+    size_t s = FA_RELEASE_MIN;
+    if (r && r < s)
+        s = (size_t)r;
+    __atomic_store_n(&slow_size, s, __ATOMIC_RELEASE);
+}
+
+/* ---- large allocations -------------------------------------------------- */
+
+static uint64_t report_tokens_ms; /* token bucket: one report per second, bursts of 5 */
+static uint64_t reports_suppressed;
+
+static uint64_t now_ms(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool report_allowed(void)
+{
+    const uint64_t period = 1000, burst = 5 * period;
+    uint64_t now = now_ms(CLOCK_MONOTONIC_COARSE) + burst; /* +burst: the first ones pass */
+    uint64_t t = __atomic_load_n(&report_tokens_ms, __ATOMIC_RELAXED);
+    for (;;) {
+        uint64_t base = t + burst < now ? now - burst : t; /* refill, capped at the burst */
+        if (base + period > now)
+            return false;
+        if (__atomic_compare_exchange_n(&report_tokens_ms, &t, base + period, true, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            return true;
+    }
+}
+
+static void report_large(void *p, size_t n, const char *fn, void *caller)
+{
+    fa_stats_large();
+    if (!fa_log_enabled(FA_LOG_WARN))
+        return;
+    if (!report_allowed()) {
+        __atomic_fetch_add(&reports_suppressed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    char where[400], size[32], sup[64];
+    fa_buf w, sz, su;
+    fa_buf_init(&w, where, sizeof where);
+    fa_buf_init(&sz, size, sizeof size);
+    fa_buf_init(&su, sup, sizeof sup);
+    fa_buf_bytes(&sz, n);
+    Dl_info info;
+    if (caller && dladdr(caller, &info) && info.dli_fname) {
+        fa_buf_printf(&w, "%s+0x%lx", info.dli_fname, (unsigned long)((char *)caller - (char *)info.dli_fbase));
+        if (info.dli_sname)
+            fa_buf_printf(&w, " (%s+0x%lx)", info.dli_sname,
+                          (unsigned long)((char *)caller - (char *)info.dli_saddr));
+    } else {
+        fa_buf_printf(&w, "%p", caller);
+    }
+    uint64_t missed = __atomic_exchange_n(&reports_suppressed, 0, __ATOMIC_RELAXED);
+    if (missed)
+        fa_buf_printf(&su, "; %llu earlier reports suppressed", (unsigned long long)missed);
+    fa_warn("large allocation of %s (%zu bytes) by %s from %s%s%s; FORGEALLOC_LARGE_ALLOC_REPORT sets the threshold "
+            "(0 = off)",
+            size, n, fn, where, p ? "" : " failed", sup);
+}
+
+/* Rare path of every allocating call: n >= slow_size. */
+static __attribute__((noinline)) void host_large(void *p, size_t n, const char *fn, void *caller)
+{
+    if (__atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
+        host_init();
+    if (report_size && n >= report_size)
+        report_large(p, n, fn, caller);
+    if (p && n >= FA_RELEASE_MIN) {
+        TC_ENTER();
+        fa_release_on_alloc(n);
+        TC_LEAVE();
+    }
+}
+
+#define AFTER_ALLOC(p, n, fn, caller)                       \
+    do {                                                    \
+        if (__builtin_expect((n) >= slow_size, 0))          \
+            host_large((p), (n), (fn), (caller));           \
+    } while (0)
+
+/* A freed block may be large only if it starts on a page: large blocks are
+ * whole tcmalloc spans.  Small frees skip the size lookup. */
+static inline bool maybe_large(const void *p) { return ((uintptr_t)p & 4095) == 0 && p; }
+
+static __attribute__((noinline)) void free_maybe_large(void *p)
+{
+    size_t n = tc_malloc_size(p);
+    tc_free(p);
+    if (n >= FA_RELEASE_MIN)
+        fa_release_on_free(n);
+}
+
+/* ---- the malloc family ---------------------------------------------------- */
+
+void *fa_host_malloc(size_t n, void *caller)
+{
+    fa_stats_alloc(FA_CALL_malloc, n);
+    TC_ENTER();
+    void *p = tc_malloc(n);
+    TC_LEAVE();
+    AFTER_ALLOC(p, n, "malloc", caller);
+    return p;
+}
+
+void *fa_host_calloc(size_t n, size_t size, void *caller)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        fa_stats_alloc(FA_CALL_calloc, SIZE_MAX);
+        errno = ENOMEM; /* tcmalloc returns NULL without setting errno */
+        return NULL;
+    }
+    fa_stats_alloc(FA_CALL_calloc, total);
+    TC_ENTER();
+    void *p = tc_calloc(n, size);
+    TC_LEAVE();
+    AFTER_ALLOC(p, total, "calloc", caller);
+    return p;
+}
+
+static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
+{
+    size_t old = maybe_large(p) ? tc_malloc_size(p) : 0;
+    TC_ENTER();
+    void *q = tc_realloc(p, n); /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's */
+    TC_LEAVE();
+    if (q || n == 0) {
+        if (old >= FA_RELEASE_MIN) {
+            TC_ENTER();
+            fa_release_on_free(old);
+            TC_LEAVE();
+        }
+    }
+    AFTER_ALLOC(q, n, fn, caller);
+    return q;
+}
+
+void *fa_host_realloc(void *p, size_t n, void *caller)
+{
+    fa_stats_alloc(FA_CALL_realloc, n);
+    return realloc_counted(p, n, "realloc", caller);
+}
+
+void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        fa_stats_alloc(FA_CALL_reallocarray, SIZE_MAX);
+        errno = ENOMEM;
+        return NULL;
+    }
+    fa_stats_alloc(FA_CALL_reallocarray, total);
+    return realloc_counted(p, total, "reallocarray", caller);
+}
+
+void fa_host_free(void *p)
+{
+    fa_stats_free(FA_CALL_free);
+    TC_ENTER();
+    if (__builtin_expect(maybe_large(p), 0))
+        free_maybe_large(p);
+    else
+        tc_free(p);
+    TC_LEAVE();
+}
+
+static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, void *caller)
+{
+    fa_stats_alloc(c, n);
+    TC_ENTER();
+    void *p = tc_memalign(align, n);
+    TC_LEAVE();
+    if (!p)
+        errno = ENOMEM;
+    AFTER_ALLOC(p, n, fn, caller);
+    return p;
+}
+
+static bool power_of_two(size_t a) { return a && (a & (a - 1)) == 0; }
+
+void *fa_host_memalign(size_t align, size_t n, void *caller)
+{
+    /* glibc: alignments above SIZE_MAX/2+1 are EINVAL; others that are not
+     * a power of two are rounded up to one. */
+    if (align > SIZE_MAX / 2 + 1) {
+        fa_stats_alloc(FA_CALL_memalign, n);
+        errno = EINVAL;
+        return NULL;
+    }
+    while (!power_of_two(align))
+        align = align ? align + (align & -align) : 1;
+    return aligned(FA_CALL_memalign, "memalign", align, n, caller);
+}
+
+void *fa_host_aligned_alloc(size_t align, size_t n, void *caller)
+{
+    /* C17 (DR 460) and glibc >= 2.38: the alignment must be a power of two. */
+    if (!power_of_two(align)) {
+        fa_stats_alloc(FA_CALL_aligned_alloc, n);
+        errno = EINVAL;
+        return NULL;
+    }
+    return aligned(FA_CALL_aligned_alloc, "aligned_alloc", align, n, caller);
+}
+
+int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
+{
+    fa_stats_alloc(FA_CALL_posix_memalign, n);
+    if (!power_of_two(align) || align % sizeof(void *) != 0)
+        return EINVAL;
+    int saved = errno;
+    TC_ENTER();
+    void *p = tc_memalign(align, n);
+    TC_LEAVE();
+    errno = saved; /* posix_memalign reports through its result, not errno */
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    AFTER_ALLOC(p, n, "posix_memalign", caller);
+    return 0;
+}
+
+void *fa_host_valloc(size_t n, void *caller)
+{
+    if (slow_size == 0)
+        host_init();
+    return aligned(FA_CALL_valloc, "valloc", page_size, n, caller);
+}
+
+void *fa_host_pvalloc(size_t n, void *caller)
+{
+    if (slow_size == 0)
+        host_init();
+    size_t rounded;
+    if (__builtin_add_overflow(n, page_size - 1, &rounded)) {
+        fa_stats_alloc(FA_CALL_pvalloc, n);
+        errno = ENOMEM;
+        return NULL;
+    }
+    rounded &= ~(page_size - 1);
+    if (rounded == 0)
+        rounded = page_size; /* pvalloc(0) gives one page, as glibc's */
+    fa_stats_alloc(FA_CALL_pvalloc, n);
+    TC_ENTER();
+    void *p = tc_memalign(page_size, rounded);
+    TC_LEAVE();
+    if (!p)
+        errno = ENOMEM;
+    AFTER_ALLOC(p, rounded, "pvalloc", caller);
+    return p;
+}
+
+size_t fa_host_usable_size(void *p) { return p ? tc_malloc_size(p) : 0; }
+
+/* ---- operator new / delete ------------------------------------------------ */
+
+static void tc_leave_cleanup(unsigned char *unused)
+{
+    (void)unused;
+    TC_LEAVE();
+}
+
+void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller)
+{
+    fa_stats_alloc(FA_CALL_new, n);
+    void *p;
+    {
+        /* The cleanup also runs when tc_new throws std::bad_alloc. */
+        unsigned char guard __attribute__((cleanup(tc_leave_cleanup))) = (unsigned char)TC_ENTER();
+        (void)guard;
+        if (align == 0)
+            p = nothrow ? tc_new_nothrow(n, &nothrow_tag) : tc_new(n);
+        else
+            p = nothrow ? tc_new_aligned_nothrow(n, align, &nothrow_tag) : tc_new_aligned(n, align);
+    }
+    AFTER_ALLOC(p, n, "operator new", caller);
+    return p;
+}
+
+void fa_host_delete(void *p, size_t size, size_t align)
+{
+    fa_stats_free(FA_CALL_delete);
+    TC_ENTER();
+    if (size == 0 && align == 0) {
+        if (__builtin_expect(maybe_large(p), 0)) {
+            size_t n = tc_malloc_size(p);
+            tc_delete(p);
+            if (n >= FA_RELEASE_MIN)
+                fa_release_on_free(n);
+        } else {
+            tc_delete(p);
+        }
+    } else {
+        size_t n = size ? size : (maybe_large(p) ? tc_malloc_size(p) : 0);
+        if (align == 0)
+            tc_delete_sized(p, size);
+        else if (size)
+            tc_delete_sized_aligned(p, size, align);
+        else
+            tc_delete_aligned(p, align);
+        if (p && n >= FA_RELEASE_MIN)
+            fa_release_on_free(n);
+    }
+    TC_LEAVE();
+}
+
+/* ---- introspection -------------------------------------------------------- */
+
+static size_t prop(const char *name)
+{
+    size_t v = 0;
+    MallocExtension_GetNumericProperty(name, &v);
+    return v;
+}
+
+void fa_host_mallinfo2(struct mallinfo2 *m)
+{
+    memset(m, 0, sizeof *m);
+    TC_ENTER();
+    size_t heap = prop("generic.heap_size");
+    size_t used = prop("generic.current_allocated_bytes");
+    size_t pfree = prop("tcmalloc.pageheap_free_bytes");
+    size_t unmapped = prop("tcmalloc.pageheap_unmapped_bytes");
+    size_t cached = prop("tcmalloc.central_cache_free_bytes") + prop("tcmalloc.transfer_cache_free_bytes") +
+                    prop("tcmalloc.thread_cache_free_bytes");
+    TC_LEAVE();
+    m->arena = heap > unmapped ? heap - unmapped : 0; /* mapped, not returned */
+    m->uordblks = used;                          /* in use by the program */
+    m->fordblks = pfree + cached;                /* free, kept by tcmalloc */
+    m->fsmblks = cached;                         /* free small objects in caches */
+    m->keepcost = pfree;                         /* what malloc_trim could return */
+}
+
+int fa_host_trim(size_t pad)
+{
+    (void)pad; /* tcmalloc keeps no "top of heap" to pad */
+    TC_ENTER();
+    size_t got = fa_release_all();
+    TC_LEAVE();
+    return got > 0;
+}
+
+size_t fa_host_release_all(void)
+{
+    TC_ENTER();
+    size_t got = fa_release_all();
+    TC_LEAVE();
+    return got;
+}
+
+int fa_host_malloc_info(int options, FILE *fp)
+{
+    if (options != 0 || fp == NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct mallinfo2 m;
+    fa_host_mallinfo2(&m);
+    char out[1024];
+    fa_buf b;
+    fa_buf_init(&b, out, sizeof out);
+    fa_buf_str(&b, "<malloc version=\"1\" allocator=\"forgealloc+tcmalloc\">\n<heap nr=\"0\">\n<sizes>\n</sizes>\n");
+    fa_buf_printf(&b, "<total type=\"fast\" count=\"0\" size=\"%zu\"/>\n", m.fsmblks);
+    fa_buf_printf(&b, "<total type=\"rest\" count=\"0\" size=\"%zu\"/>\n", m.fordblks - m.fsmblks);
+    fa_buf_printf(&b, "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n", m.arena,
+                  m.arena);
+    fa_buf_printf(&b, "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n</heap>\n",
+                  m.arena, m.arena);
+    fa_buf_printf(&b, "<total type=\"fast\" count=\"0\" size=\"%zu\"/>\n", m.fsmblks);
+    fa_buf_printf(&b, "<total type=\"rest\" count=\"0\" size=\"%zu\"/>\n", m.fordblks - m.fsmblks);
+    fa_buf_printf(&b, "<total type=\"mmap\" count=\"0\" size=\"0\"/>\n<system type=\"current\" size=\"%zu\"/>\n",
+                  m.arena);
+    fa_buf_printf(&b, "<system type=\"max\" size=\"%zu\"/>\n<aspace type=\"total\" size=\"%zu\"/>\n", m.arena,
+                  m.arena);
+    fa_buf_printf(&b, "<aspace type=\"mprotect\" size=\"%zu\"/>\n</malloc>\n", m.arena);
+    return fputs(out, fp) < 0 ? -1 : 0;
+}
+
+/* ---- snapshot --------------------------------------------------------------- */
+
+static uint64_t read_rss(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *c = buf;
+    while (*c && *c != ' ')
+        c++;
+    uint64_t pages = 0;
+    for (c++; *c >= '0' && *c <= '9'; c++)
+        pages = pages * 10 + (uint64_t)(*c - '0');
+    return pages * page_size;
+}
+
+void fa_host_fill(fa_snapshot *s)
+{
+    int saved = errno;
+    if (slow_size == 0)
+        host_init();
+    fa_stats_sum(&s->host);
+    s->stat_records = fa_stats_records();
+    s->rss_bytes = read_rss();
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        s->peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024u;
+    if (s->peak_rss_bytes < s->rss_bytes)
+        s->peak_rss_bytes = s->rss_bytes;
+    fa_release_totals(&s->releases, &s->released_bytes);
+    s->release_rate = &fa_tc_release_rate ? fa_tc_release_rate : -1.0;
+    s->tc_valid = fa_host_tc_safe();
+    if (s->tc_valid) {
+        TC_ENTER();
+        for (int i = 0; i < FA_TC_COUNT; i++)
+            s->tc[i] = prop(fa_tc_props[i]);
+        TC_LEAVE();
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    s->uptime_ms = (uint64_t)(now.tv_sec - start_time.tv_sec) * 1000u +
+                   (uint64_t)((now.tv_nsec - start_time.tv_nsec) / 1000000);
+    s->time_unix_ms = now_ms(CLOCK_REALTIME);
+    errno = saved;
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+void fa_host_start(void)
+{
+    if (slow_size == 0)
+        host_init();
+    double rate = fa_opt(FA_OPT_RELEASE_RATE)->d;
+    if (&fa_tc_release_rate)
+        fa_tc_release_rate = rate;
+    else
+        fa_info("this tcmalloc does not export its release-rate flag; FORGEALLOC_RELEASE_RATE has no effect");
+}
+
+void fa_host_fork_child(void)
+{
+    fa_release_fork_child();
+    clock_gettime(CLOCK_MONOTONIC, &start_time);
+    report_tokens_ms = 0;
+    reports_suppressed = 0;
+}

@@ -1,0 +1,65 @@
+/* host.h - the host-memory core: every malloc-family and operator new/delete
+ * call lands here from the override layer (override_libc.c,
+ * override_cxx.cc), is counted, and is served by tcmalloc's tc_* entry
+ * points.  glibc's semantics (errno, EINVAL, overflow) are kept here, not in
+ * the override layer. */
+#ifndef FA_HOST_H
+#define FA_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct fa_snapshot;
+
+/* The caller's return address, for large-allocation reports. */
+#define FA_CALLER __builtin_return_address(0)
+
+void *fa_host_malloc(size_t n, void *caller);
+void *fa_host_calloc(size_t n, size_t size, void *caller);
+void *fa_host_realloc(void *p, size_t n, void *caller);
+void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller);
+void fa_host_free(void *p);
+void *fa_host_memalign(size_t align, size_t n, void *caller);
+void *fa_host_aligned_alloc(size_t align, size_t n, void *caller);
+int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller);
+void *fa_host_valloc(size_t n, void *caller);
+void *fa_host_pvalloc(size_t n, void *caller);
+size_t fa_host_usable_size(void *p);
+
+/* operator new: align 0 = default alignment; nothrow returns NULL instead
+ * of throwing.  The new-handler is honoured and std::bad_alloc thrown by
+ * tcmalloc's tc_new family. */
+void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller);
+/* operator delete: size 0 = unsized; align 0 = default alignment. */
+void fa_host_delete(void *p, size_t size, size_t align);
+
+/* glibc introspection answered for tcmalloc. */
+struct mallinfo2;
+void fa_host_mallinfo2(struct mallinfo2 *out);
+int fa_host_trim(size_t pad);
+int fa_host_malloc_info(int options, FILE *fp);
+
+/* Return all free memory to the OS; returns the bytes returned. */
+size_t fa_host_release_all(void);
+
+/* Fill the host part of a snapshot.  tcmalloc is asked only when
+ * fa_host_tc_safe() (not from a signal that interrupted the allocator). */
+void fa_host_fill(struct fa_snapshot *s);
+bool fa_host_tc_safe(void);
+
+/* At library start, after tcmalloc's own initialisers: apply the settings
+ * tcmalloc reads only at load (the release rate). */
+void fa_host_start(void);
+/* After fork, in the child. */
+void fa_host_fork_child(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

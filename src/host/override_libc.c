@@ -1,0 +1,83 @@
+/* override_libc.c - the libc allocation names, each a one-line forward to
+ * the host core (host.c).  This file and override_cxx.cc are the only
+ * places that define malloc-family names.
+ *
+ * Complete coverage matters: a program that reaches glibc's
+ * posix_memalign or malloc_usable_size while free goes to tcmalloc aborts
+ * with "Attempt to free invalid pointer" (A1111 #11887).  glibc's own
+ * internal calls go through the PLT, so defining these names is enough;
+ * the __libc_* aliases catch programs that call glibc's entry points
+ * directly.  The symbol-coverage test compares this list with glibc's. */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdlib.h>
+
+#include "../stats/report.h"
+#include "host.h"
+
+#define FA_EXPORT __attribute__((visibility("default")))
+#define FA_ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
+
+FA_EXPORT void *malloc(size_t n) { return fa_host_malloc(n, FA_CALLER); }
+FA_EXPORT void *calloc(size_t n, size_t size) { return fa_host_calloc(n, size, FA_CALLER); }
+FA_EXPORT void *realloc(void *p, size_t n) { return fa_host_realloc(p, n, FA_CALLER); }
+FA_EXPORT void *reallocarray(void *p, size_t n, size_t size) { return fa_host_reallocarray(p, n, size, FA_CALLER); }
+FA_EXPORT void free(void *p) { fa_host_free(p); }
+FA_EXPORT void *memalign(size_t align, size_t n) { return fa_host_memalign(align, n, FA_CALLER); }
+FA_EXPORT void *aligned_alloc(size_t align, size_t n) { return fa_host_aligned_alloc(align, n, FA_CALLER); }
+FA_EXPORT int posix_memalign(void **out, size_t align, size_t n) { return fa_host_posix_memalign(out, align, n, FA_CALLER); }
+FA_EXPORT void *valloc(size_t n) { return fa_host_valloc(n, FA_CALLER); }
+FA_EXPORT void *pvalloc(size_t n) { return fa_host_pvalloc(n, FA_CALLER); }
+FA_EXPORT size_t malloc_usable_size(void *p) { return fa_host_usable_size(p); }
+
+/* Removed from glibc's headers but still exported and still called by old
+ * programs; C23's sized frees (the size is only a hint: freeing works
+ * without it). */
+FA_EXPORT void cfree(void *p) { fa_host_free(p); }
+FA_EXPORT void free_sized(void *p, size_t size) { (void)size; fa_host_free(p); }
+FA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) { (void)align, (void)size; fa_host_free(p); }
+
+/* glibc's introspection, answered for tcmalloc. */
+FA_EXPORT struct mallinfo2 mallinfo2(void)
+{
+    struct mallinfo2 m;
+    fa_host_mallinfo2(&m);
+    return m;
+}
+FA_EXPORT struct mallinfo mallinfo(void)
+{
+    struct mallinfo2 m2;
+    fa_host_mallinfo2(&m2);
+#define FA_CLAMP_INT(v) ((v) > (size_t)__INT_MAX__ ? __INT_MAX__ : (int)(v)) /* glibc wraps; we saturate */
+    struct mallinfo m = {
+        .arena = FA_CLAMP_INT(m2.arena), .ordblks = FA_CLAMP_INT(m2.ordblks), .smblks = FA_CLAMP_INT(m2.smblks),
+        .hblks = FA_CLAMP_INT(m2.hblks), .hblkhd = FA_CLAMP_INT(m2.hblkhd), .usmblks = FA_CLAMP_INT(m2.usmblks),
+        .fsmblks = FA_CLAMP_INT(m2.fsmblks), .uordblks = FA_CLAMP_INT(m2.uordblks),
+        .fordblks = FA_CLAMP_INT(m2.fordblks), .keepcost = FA_CLAMP_INT(m2.keepcost),
+    };
+    return m;
+}
+FA_EXPORT int malloc_trim(size_t pad) { return fa_host_trim(pad); }
+FA_EXPORT void malloc_stats(void) { fa_report_fd(2, FA_STATS_TEXT, "malloc_stats"); }
+FA_EXPORT int malloc_info(int options, FILE *fp) { return fa_host_malloc_info(options, fp); }
+/* Accepted so programs that tune glibc keep working; glibc's parameters
+ * (M_MMAP_THRESHOLD, M_ARENA_MAX, ...) have no meaning for tcmalloc.  The
+ * FORGEALLOC_* settings are the knobs. */
+FA_EXPORT int mallopt(int param, int value) { (void)param, (void)value; return 1; }
+
+/* glibc's internal entry points, exported by glibc and called directly by
+ * some programs and preload tools. */
+void *__libc_malloc(size_t n) FA_ALIAS(malloc);
+void *__libc_calloc(size_t n, size_t size) FA_ALIAS(calloc);
+void *__libc_realloc(void *p, size_t n) FA_ALIAS(realloc);
+void __libc_free(void *p) FA_ALIAS(free);
+void __libc_cfree(void *p) FA_ALIAS(cfree);
+void *__libc_memalign(size_t align, size_t n) FA_ALIAS(memalign);
+void *__libc_valloc(size_t n) FA_ALIAS(valloc);
+void *__libc_pvalloc(size_t n) FA_ALIAS(pvalloc);
+int __posix_memalign(void **out, size_t align, size_t n) FA_ALIAS(posix_memalign);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* glibc deprecates mallinfo; we still provide it */
+struct mallinfo __libc_mallinfo(void) FA_ALIAS(mallinfo);
+#pragma GCC diagnostic pop
+int __libc_mallopt(int param, int value) FA_ALIAS(mallopt);

@@ -1,0 +1,27 @@
+/* release.h - when freed host memory goes back to the OS.
+ *
+ * tcmalloc 2.10 keeps freed pages forever in practice (its release rate
+ * counts page-heap activity, not time), while returning every large free at
+ * once makes repeated large allocations pay page faults each time.  The
+ * policy: count the bytes of large blocks freed beyond what large
+ * allocations took back since the last check; when that exceeds
+ * FORGEALLOC_RELEASE_THRESHOLD the heap is shrinking, not churning, so ask
+ * tcmalloc how much it holds free and return what is above the threshold. */
+#ifndef FA_RELEASE_H
+#define FA_RELEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Requests above tcmalloc's largest size class (256 KiB) are served from
+ * the page heap directly; only those move the policy. */
+#define FA_RELEASE_MIN ((size_t)256 * 1024)
+
+void fa_release_on_alloc(size_t n);
+void fa_release_on_free(size_t n);
+/* Return everything free (malloc_trim, forgealloc_release). */
+size_t fa_release_all(void);
+void fa_release_totals(uint64_t *releases, uint64_t *bytes);
+void fa_release_fork_child(void);
+
+#endif

@@ -1,0 +1,411 @@
+/* render.c - text, JSON and Prometheus renderings of one snapshot. */
+#include "render.h"
+
+#include <string.h>
+
+#include "forgealloc.h"
+
+const char *const fa_tc_keys[FA_TC_COUNT] = {
+#define FA_TC_KEY(key, prop) #key,
+    FA_TCMALLOC_PROPS(FA_TC_KEY)
+#undef FA_TC_KEY
+};
+const char *const fa_tc_props[FA_TC_COUNT] = {
+#define FA_TC_PROP(key, prop) prop,
+    FA_TCMALLOC_PROPS(FA_TC_PROP)
+#undef FA_TC_PROP
+};
+const char *const fa_pt_names[FA_PT_COUNT] = {
+#define FA_PT_NAME(name) #name,
+    FA_CUDA_PASSTHROUGH(FA_PT_NAME)
+#undef FA_PT_NAME
+};
+
+/* Smallest size counted in histogram bucket i (see fa_hist_bucket). */
+static uint64_t bucket_min(int i) { return i == 0 ? 0 : (uint64_t)1 << (i - 1); }
+static uint64_t bucket_max(int i)
+{
+    return i == 0 ? 0 : i == FA_HIST_BUCKETS - 1 ? UINT64_MAX : ((uint64_t)1 << i) - 1;
+}
+
+/* "FORGEALLOC_STATS_FILE" -> "stats_file" */
+static void option_key(fa_buf *b, const char *name)
+{
+    for (const char *c = name + strlen("FORGEALLOC_"); *c; c++)
+        fa_buf_putc(b, *c >= 'A' && *c <= 'Z' ? (char)(*c + 32) : *c);
+}
+
+/* ---- JSON ------------------------------------------------------------- */
+
+static void json_key(fa_buf *b, const char *k, bool *first)
+{
+    if (!*first)
+        fa_buf_putc(b, ',');
+    *first = false;
+    fa_buf_json_str(b, k);
+    fa_buf_putc(b, ':');
+}
+
+static void json_u64(fa_buf *b, const char *k, uint64_t v, bool *first)
+{
+    json_key(b, k, first);
+    fa_buf_u64(b, v);
+}
+
+static void json_config(fa_buf *b, const fa_snapshot *s)
+{
+    bool first = true;
+    fa_buf_putc(b, '{');
+    for (int i = 0; i < FA_OPT_COUNT; i++) {
+        const fa_option_desc *d = &fa_option_table[i];
+        if (d->scope != FA_SCOPE_LIB)
+            continue;
+        const fa_optval *v = fa_opt((enum fa_opt_id)i);
+        char kbuf[64];
+        fa_buf k;
+        fa_buf_init(&k, kbuf, sizeof kbuf);
+        option_key(&k, d->name);
+        json_key(b, kbuf, &first);
+        if (i == FA_OPT_RELEASE_RATE) { /* read back from tcmalloc itself */
+            if (s->release_rate >= 0)
+                fa_buf_fixed(b, s->release_rate, 3);
+            else
+                fa_buf_str(b, "null");
+            continue;
+        }
+        char tbuf[4200];
+        fa_buf t;
+        fa_buf_init(&t, tbuf, sizeof tbuf);
+        switch (d->type) {
+        case FA_TYPE_SIZE: fa_buf_u64(b, v->u); break;
+        case FA_TYPE_SIZE_PCT:
+            if (v->is_pct) {
+                fa_option_format(&t, (enum fa_opt_id)i);
+                fa_buf_json_str(b, tbuf);
+            } else {
+                fa_buf_u64(b, v->u);
+            }
+            break;
+        case FA_TYPE_NUM: fa_buf_fixed(b, v->d, 3); break;
+        case FA_TYPE_SECONDS: fa_buf_fixed(b, (double)v->u / 1000.0, 3); break;
+        case FA_TYPE_BOOL: fa_buf_str(b, v->u ? "true" : "false"); break;
+        case FA_TYPE_ENUM:
+        case FA_TYPE_PATH:
+            fa_option_format(&t, (enum fa_opt_id)i);
+            fa_buf_json_str(b, tbuf);
+            break;
+        }
+    }
+    fa_buf_putc(b, '}');
+}
+
+static void json_device(fa_buf *b, const fa_device_stats *d)
+{
+    bool first = true;
+    fa_buf_putc(b, '{');
+    json_key(b, "device", &first);
+    fa_buf_i64(b, d->device);
+#define FA_DEV_JSON(name, unit, doc) json_u64(b, #name, d->name, &first);
+    FA_DEVICE_FIELDS(FA_DEV_JSON)
+#undef FA_DEV_JSON
+    fa_buf_putc(b, '}');
+}
+
+void fa_render_json(fa_buf *b, const fa_snapshot *s)
+{
+    bool first = true;
+    fa_buf_putc(b, '{');
+    json_key(b, "schema", &first);
+    fa_buf_json_str(b, FA_STATS_SCHEMA);
+    json_key(b, "version", &first);
+    fa_buf_json_str(b, FORGEALLOC_VERSION);
+    json_key(b, "reason", &first);
+    fa_buf_json_str(b, s->reason ? s->reason : "request");
+    json_u64(b, "pid", (uint64_t)s->pid, &first);
+    json_u64(b, "ppid", (uint64_t)s->ppid, &first);
+    json_key(b, "forked", &first);
+    fa_buf_str(b, s->forked ? "true" : "false");
+    json_key(b, "exe", &first);
+    fa_buf_json_str(b, s->exe);
+    json_u64(b, "time_unix_ms", s->time_unix_ms, &first);
+    json_u64(b, "uptime_ms", s->uptime_ms, &first);
+    json_key(b, "config", &first);
+    json_config(b, s);
+
+    fa_buf_str(b, ",\n\"host\":{\"calls\":{");
+    for (int i = 0; i < FA_CALL_COUNT; i++) {
+        if (i)
+            fa_buf_putc(b, ',');
+        fa_buf_json_str(b, fa_call_names[i]);
+        fa_buf_putc(b, ':');
+        fa_buf_u64(b, s->host.calls[i]);
+    }
+    fa_buf_putc(b, '}');
+    first = false;
+    json_u64(b, "bytes_requested", s->host.bytes_requested, &first);
+    json_u64(b, "large_allocs", s->host.large_allocs, &first);
+    json_u64(b, "rss_bytes", s->rss_bytes, &first);
+    json_u64(b, "peak_rss_bytes", s->peak_rss_bytes, &first);
+    json_u64(b, "releases", s->releases, &first);
+    json_u64(b, "released_bytes", s->released_bytes, &first);
+    json_u64(b, "thread_records", s->stat_records, &first);
+    json_key(b, "size_histogram", &first);
+    fa_buf_putc(b, '[');
+    bool hfirst = true;
+    for (int i = 0; i < FA_HIST_BUCKETS; i++) {
+        if (!s->host.hist[i])
+            continue;
+        if (!hfirst)
+            fa_buf_putc(b, ',');
+        hfirst = false;
+        fa_buf_str(b, "{\"min\":");
+        fa_buf_u64(b, bucket_min(i));
+        fa_buf_str(b, ",\"max\":");
+        fa_buf_u64(b, bucket_max(i));
+        fa_buf_str(b, ",\"count\":");
+        fa_buf_u64(b, s->host.hist[i]);
+        fa_buf_putc(b, '}');
+    }
+    fa_buf_putc(b, ']');
+    json_key(b, "tcmalloc", &first);
+    fa_buf_putc(b, '{');
+    bool tfirst = true;
+    json_key(b, "valid", &tfirst);
+    fa_buf_str(b, s->tc_valid ? "true" : "false");
+    for (int i = 0; i < FA_TC_COUNT; i++) {
+        json_key(b, fa_tc_keys[i], &tfirst);
+        if (s->tc_valid)
+            fa_buf_u64(b, s->tc[i]);
+        else
+            fa_buf_str(b, "null");
+    }
+    fa_buf_str(b, "}}");
+
+    fa_buf_str(b, ",\n\"device\":{");
+    first = true;
+    json_key(b, "cuda_seen", &first);
+    fa_buf_str(b, s->cuda_seen ? "true" : "false");
+    json_key(b, "blind", &first);
+    fa_buf_str(b, s->device_blind ? "true" : "false");
+    json_key(b, "blind_reason", &first);
+    if (s->blind_reason)
+        fa_buf_json_str(b, s->blind_reason);
+    else
+        fa_buf_str(b, "null");
+    json_key(b, "passthrough", &first);
+    fa_buf_putc(b, '{');
+    for (int i = 0; i < FA_PT_COUNT; i++) {
+        if (i)
+            fa_buf_putc(b, ',');
+        fa_buf_json_str(b, fa_pt_names[i]);
+        fa_buf_putc(b, ':');
+        fa_buf_u64(b, s->passthrough[i]);
+    }
+    fa_buf_putc(b, '}');
+    json_key(b, "devices", &first);
+    fa_buf_putc(b, '[');
+    for (int i = 0; i < s->ndevices; i++) {
+        if (i)
+            fa_buf_putc(b, ',');
+        fa_buf_str(b, "\n ");
+        json_device(b, &s->dev[i]);
+    }
+    fa_buf_str(b, "]}}\n");
+}
+
+/* ---- text ------------------------------------------------------------- */
+
+void fa_render_text(fa_buf *b, const fa_snapshot *s)
+{
+    uint64_t allocs = 0;
+    for (int i = 0; i < FA_CALL_COUNT; i++)
+        if (i != FA_CALL_free && i != FA_CALL_delete)
+            allocs += s->host.calls[i];
+    fa_buf_printf(b, "forgealloc %s: pid %d (%s)%s, %s after ", FORGEALLOC_VERSION, s->pid, s->exe,
+                  s->forked ? ", forked" : "", s->reason ? s->reason : "request");
+    fa_buf_fixed(b, (double)s->uptime_ms / 1000.0, 3);
+    fa_buf_str(b, " s\n");
+    fa_buf_str(b, "  host calls:");
+    for (int i = 0; i < FA_CALL_COUNT; i++) {
+        if (!s->host.calls[i])
+            continue;
+        fa_buf_printf(b, " %s ", fa_call_names[i]);
+        fa_buf_grouped(b, s->host.calls[i]);
+    }
+    if (!allocs && !s->host.calls[FA_CALL_free] && !s->host.calls[FA_CALL_delete])
+        fa_buf_str(b, " none");
+    fa_buf_str(b, "\n  requested: ");
+    fa_buf_bytes(b, s->host.bytes_requested);
+    fa_buf_str(b, " in ");
+    fa_buf_grouped(b, allocs);
+    fa_buf_str(b, " allocations");
+    if (s->host.large_allocs) {
+        fa_buf_str(b, ", ");
+        fa_buf_grouped(b, s->host.large_allocs);
+        fa_buf_str(b, " at or above ");
+        fa_buf_bytes(b, fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT));
+    }
+    fa_buf_str(b, "\n  memory: rss ");
+    fa_buf_bytes(b, s->rss_bytes);
+    fa_buf_str(b, " (peak ");
+    fa_buf_bytes(b, s->peak_rss_bytes);
+    fa_buf_str(b, ")");
+    if (s->tc_valid) {
+        fa_buf_str(b, "; tcmalloc: in use ");
+        fa_buf_bytes(b, s->tc[FA_TC_current_allocated_bytes]);
+        fa_buf_str(b, ", heap ");
+        fa_buf_bytes(b, s->tc[FA_TC_heap_size]);
+        fa_buf_str(b, ", free ");
+        fa_buf_bytes(b, s->tc[FA_TC_pageheap_free_bytes]);
+        fa_buf_str(b, ", returned to the OS ");
+        fa_buf_bytes(b, s->tc[FA_TC_pageheap_unmapped_bytes]);
+    }
+    fa_buf_str(b, "\n  released by forgealloc: ");
+    fa_buf_bytes(b, s->released_bytes);
+    fa_buf_str(b, " in ");
+    fa_buf_grouped(b, s->releases);
+    fa_buf_str(b, " returns (keeps ");
+    fa_buf_bytes(b, fa_opt_u64(FA_OPT_RELEASE_THRESHOLD));
+    fa_buf_str(b, " free for reuse); release rate ");
+    if (s->release_rate >= 0)
+        fa_buf_fixed(b, s->release_rate, s->release_rate == (double)(uint64_t)s->release_rate ? 0 : 2);
+    else
+        fa_buf_str(b, "unknown");
+    fa_buf_putc(b, '\n');
+    if (!s->cuda_seen) {
+        fa_buf_str(b, "  device: no CUDA calls\n");
+        return;
+    }
+    if (s->device_blind)
+        fa_buf_printf(b, "  device: pool off (%s)\n", s->blind_reason ? s->blind_reason : "blind");
+    for (int i = 0; i < s->ndevices; i++) {
+        const fa_device_stats *d = &s->dev[i];
+        fa_buf_printf(b, "  device %d: pool ", d->device);
+        fa_buf_bytes(b, d->pool_bytes);
+        fa_buf_str(b, ", in use ");
+        fa_buf_bytes(b, d->in_use_bytes);
+        fa_buf_str(b, " (peak ");
+        fa_buf_bytes(b, d->peak_in_use_bytes);
+        fa_buf_str(b, "), waste ");
+        fa_buf_bytes(b, d->waste_bytes);
+        fa_buf_str(b, "\n    cudaMalloc ");
+        fa_buf_grouped(b, d->allocs);
+        fa_buf_str(b, " (pool ");
+        fa_buf_grouped(b, d->pool_allocs);
+        fa_buf_str(b, ", driver ");
+        fa_buf_grouped(b, d->fallback_allocs);
+        fa_buf_str(b, ", failed ");
+        fa_buf_grouped(b, d->failed_allocs);
+        fa_buf_str(b, "), cudaFree ");
+        fa_buf_grouped(b, d->frees);
+        fa_buf_str(b, "; driver calls: malloc ");
+        fa_buf_grouped(b, d->driver_malloc_calls);
+        fa_buf_str(b, ", free ");
+        fa_buf_grouped(b, d->driver_free_calls);
+        fa_buf_str(b, ", syncs ");
+        fa_buf_grouped(b, d->device_syncs);
+        fa_buf_str(b, ", ");
+        fa_buf_fixed(b, (double)d->driver_ns / 1e6, 3);
+        fa_buf_str(b, " ms\n");
+    }
+}
+
+/* ---- Prometheus ------------------------------------------------------- */
+
+static void prom_head(fa_buf *b, const char *name, const char *type, const char *help)
+{
+    fa_buf_printf(b, "# HELP forgealloc_%s %s\n# TYPE forgealloc_%s %s\n", name, help, name, type);
+}
+
+static void prom_value(fa_buf *b, const fa_snapshot *s, const char *name, const char *labels, uint64_t v)
+{
+    fa_buf_printf(b, "forgealloc_%s{pid=\"%d\"%s%s} ", name, s->pid, labels ? "," : "", labels ? labels : "");
+    fa_buf_u64(b, v);
+    fa_buf_putc(b, '\n');
+}
+
+static void prom_metric(fa_buf *b, const fa_snapshot *s, const char *name, const char *type, const char *help,
+                        uint64_t v)
+{
+    prom_head(b, name, type, help);
+    prom_value(b, s, name, NULL, v);
+}
+
+void fa_render_prometheus(fa_buf *b, const fa_snapshot *s)
+{
+    char lbuf[160];
+    fa_buf l;
+    prom_head(b, "info", "gauge", "forgealloc version and process");
+    fa_buf_printf(b, "forgealloc_info{pid=\"%d\",version=\"%s\",exe=\"", s->pid, FORGEALLOC_VERSION);
+    for (const unsigned char *c = (const unsigned char *)s->exe; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            fa_buf_putc(b, '\\');
+        fa_buf_putc(b, *c < 0x20 || *c >= 0x7f ? '?' : (char)*c); /* label values: escape \\ and " only */
+    }
+    fa_buf_str(b, "\"} 1\n");
+    prom_head(b, "host_calls_total", "counter", "calls that entered the shim, per function");
+    for (int i = 0; i < FA_CALL_COUNT; i++) {
+        fa_buf_init(&l, lbuf, sizeof lbuf);
+        fa_buf_printf(&l, "function=\"%s\"", fa_call_names[i]);
+        prom_value(b, s, "host_calls_total", lbuf, s->host.calls[i]);
+    }
+    prom_head(b, "host_alloc_size_bytes", "histogram", "sizes requested by allocating calls");
+    uint64_t cum = 0;
+    for (int i = 0; i < FA_HIST_BUCKETS - 1; i++) {
+        cum += s->host.hist[i];
+        fa_buf_init(&l, lbuf, sizeof lbuf);
+        fa_buf_printf(&l, "le=\"%llu\"", (unsigned long long)bucket_max(i));
+        prom_value(b, s, "host_alloc_size_bytes_bucket", lbuf, cum);
+    }
+    cum += s->host.hist[FA_HIST_BUCKETS - 1];
+    prom_value(b, s, "host_alloc_size_bytes_bucket", "le=\"+Inf\"", cum);
+    prom_value(b, s, "host_alloc_size_bytes_sum", NULL, s->host.bytes_requested);
+    prom_value(b, s, "host_alloc_size_bytes_count", NULL, cum);
+    prom_metric(b, s, "host_large_allocs_total", "counter", "allocations at or above the large-allocation threshold",
+                s->host.large_allocs);
+    prom_metric(b, s, "host_rss_bytes", "gauge", "resident set size", s->rss_bytes);
+    prom_metric(b, s, "host_peak_rss_bytes", "gauge", "peak resident set size", s->peak_rss_bytes);
+    prom_metric(b, s, "host_releases_total", "counter", "returns of free memory to the OS made by forgealloc",
+                s->releases);
+    prom_metric(b, s, "host_released_bytes_total", "counter", "bytes forgealloc returned to the OS",
+                s->released_bytes);
+    if (s->tc_valid) {
+        for (int i = 0; i < FA_TC_COUNT; i++) {
+            char nbuf[80];
+            fa_buf n;
+            fa_buf_init(&n, nbuf, sizeof nbuf);
+            fa_buf_printf(&n, "tcmalloc_%s", fa_tc_keys[i]);
+            fa_buf_init(&l, lbuf, sizeof lbuf);
+            fa_buf_printf(&l, "tcmalloc property %s", fa_tc_props[i]);
+            prom_metric(b, s, nbuf, "gauge", lbuf, s->tc[i]);
+        }
+    }
+    prom_head(b, "device_passthrough_calls_total", "counter", "CUDA allocation calls counted and passed through");
+    for (int i = 0; i < FA_PT_COUNT; i++) {
+        fa_buf_init(&l, lbuf, sizeof lbuf);
+        fa_buf_printf(&l, "function=\"%s\"", fa_pt_names[i]);
+        prom_value(b, s, "device_passthrough_calls_total", lbuf, s->passthrough[i]);
+    }
+#define FA_DEV_PROM(name, unit, doc)                                                              \
+    if (s->ndevices) {                                                                            \
+        bool counter = strcmp(unit, "count") == 0 || strcmp(#name, "driver_ns") == 0;             \
+        prom_head(b, counter ? "device_" #name "_total" : "device_" #name, counter ? "counter" : "gauge", doc); \
+        for (int i = 0; i < s->ndevices; i++) {                                                   \
+            fa_buf_init(&l, lbuf, sizeof lbuf);                                                   \
+            fa_buf_printf(&l, "device=\"%d\"", s->dev[i].device);                                 \
+            prom_value(b, s, counter ? "device_" #name "_total" : "device_" #name, lbuf, s->dev[i].name); \
+        }                                                                                         \
+    }
+    FA_DEVICE_FIELDS(FA_DEV_PROM)
+#undef FA_DEV_PROM
+}
+
+void fa_render(fa_buf *b, const fa_snapshot *s, enum fa_stats_format fmt)
+{
+    switch (fmt) {
+    case FA_STATS_TEXT: fa_render_text(b, s); break;
+    case FA_STATS_JSON: fa_render_json(b, s); break;
+    case FA_STATS_PROMETHEUS: fa_render_prometheus(b, s); break;
+    case FA_STATS_OFF: break;
+    }
+}

@@ -1,0 +1,131 @@
+/* report.c - snapshot the process and deliver the rendering (report.h).
+ *
+ * Rendering uses static buffers (untouched pages cost no memory), never
+ * malloc: one for ordinary dumps, guarded by a flag, and one for a signal
+ * handler that may have interrupted an ordinary dump. */
+#define _GNU_SOURCE
+#include "report.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "../device/device.h"
+#include "../host/host.h"
+#include "file.h"
+#include "render.h"
+
+#define OUT_CAP (256 * 1024)
+
+static char out_buf[OUT_CAP], sig_buf[OUT_CAP];
+static fa_snapshot snap_main, snap_sig;
+static int busy;
+static bool forked;
+static bool warned_write;
+static char tmp_main[4200], tmp_sig[4200];
+
+void fa_snapshot_take(fa_snapshot *s, const char *reason)
+{
+    memset(s, 0, sizeof *s);
+    s->reason = reason;
+    s->pid = (int)getpid();
+    s->ppid = (int)getppid();
+    s->forked = forked;
+    ssize_t n = readlink("/proc/self/exe", s->exe, sizeof s->exe - 1);
+    s->exe[n > 0 ? n : 0] = '\0';
+    fa_host_fill(s);
+    fa_device_fill(s);
+}
+
+static void lock_main(void)
+{
+    while (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+        sched_yield();
+}
+
+static void unlock_main(void) { __atomic_store_n(&busy, 0, __ATOMIC_RELEASE); }
+
+int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason)
+{
+    lock_main();
+    fa_snapshot_take(&snap_main, reason);
+    fa_buf b;
+    fa_buf_init(&b, out_buf, sizeof out_buf);
+    fa_render(&b, &snap_main, fmt);
+    int err = fa_write_all(fd, b.p, b.len);
+    unlock_main();
+    return err;
+}
+
+size_t fa_report_json(char *buf, size_t len, const char *reason)
+{
+    lock_main();
+    fa_snapshot_take(&snap_main, reason);
+    fa_buf b;
+    fa_buf_init(&b, buf, len);
+    fa_render_json(&b, &snap_main);
+    unlock_main();
+    return b.need;
+}
+
+static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
+
+void fa_report_configured(const char *reason, bool in_signal)
+{
+    enum fa_stats_format fmt = (enum fa_stats_format)fa_opt_u64(FA_OPT_STATS);
+    if (fmt == FA_STATS_OFF)
+        return;
+    char *buf = out_buf;
+    fa_snapshot *s = &snap_main;
+    char *tmp = tmp_main;
+    if (in_signal) {
+        buf = sig_buf;
+        s = &snap_sig;
+        tmp = tmp_sig;
+    } else {
+        lock_main();
+    }
+    fa_snapshot_take(s, reason);
+    fa_buf b;
+    fa_buf_init(&b, buf, OUT_CAP);
+    fa_render(&b, s, fmt);
+    const char *tmpl = fa_opt(FA_OPT_STATS_FILE)->s;
+    /* Privileged (setuid/setgid) processes take no file paths from the
+     * environment: the dump goes to stderr. */
+    if (!tmpl || strcmp(tmpl, "-") == 0 || secure_mode()) {
+        fa_write_all(2, b.p, b.len);
+    } else {
+        char path[4200];
+        int err = ENAMETOOLONG;
+        if (fa_path_expand(tmpl, s->pid, path, sizeof path))
+            err = fa_file_write_atomic(path, b.p, b.len, tmp, sizeof tmp_main);
+        if (err && !warned_write) {
+            warned_write = true;
+            char eb[32];
+            fa_warn("cannot write stats to '%s': %s; set FORGEALLOC_STATS_FILE to a writable path, or - for stderr",
+                    fa_path_expand(tmpl, s->pid, path, sizeof path) ? path : tmpl,
+                    fa_errno_text(err, eb, sizeof eb));
+        }
+    }
+    if (!in_signal)
+        unlock_main();
+}
+
+void fa_report_abandon(void)
+{
+    if (tmp_main[0])
+        unlink(tmp_main);
+    if (tmp_sig[0])
+        unlink(tmp_sig);
+}
+
+void fa_report_fork_child(void)
+{
+    forked = true;
+    busy = 0;
+    warned_write = false;
+    tmp_main[0] = tmp_sig[0] = '\0';
+}

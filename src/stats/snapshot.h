@@ -1,0 +1,104 @@
+/* snapshot.h - one plain struct holding every number a report shows.
+ *
+ * Reports are made in two steps, as google/tcmalloc does: fill a snapshot
+ * (host.c, device/pool.c and the registry each fill their part), then render
+ * it (render.c) as text, JSON or Prometheus.  Renderers never call into the
+ * allocators, so they are testable with a hand-made snapshot. */
+#ifndef FA_SNAPSHOT_H
+#define FA_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+/* tcmalloc numeric properties: JSON key host.tcmalloc.<key>, property name. */
+#define FA_TCMALLOC_PROPS(X)                                                 \
+    X(current_allocated_bytes, "generic.current_allocated_bytes")            \
+    X(heap_size, "generic.heap_size")                                        \
+    X(pageheap_free_bytes, "tcmalloc.pageheap_free_bytes")                   \
+    X(pageheap_unmapped_bytes, "tcmalloc.pageheap_unmapped_bytes")           \
+    X(central_cache_free_bytes, "tcmalloc.central_cache_free_bytes")         \
+    X(transfer_cache_free_bytes, "tcmalloc.transfer_cache_free_bytes")       \
+    X(thread_cache_free_bytes, "tcmalloc.thread_cache_free_bytes")           \
+    X(max_total_thread_cache_bytes, "tcmalloc.max_total_thread_cache_bytes")
+
+enum fa_tc_prop {
+#define FA_TC_ENUM(key, prop) FA_TC_##key,
+    FA_TCMALLOC_PROPS(FA_TC_ENUM)
+#undef FA_TC_ENUM
+    FA_TC_COUNT
+};
+extern const char *const fa_tc_keys[FA_TC_COUNT];
+extern const char *const fa_tc_props[FA_TC_COUNT];
+
+/* Per-device numbers: JSON keys of device.devices[] (DESIGN.md), unit and
+ * meaning.  allocs = pool_allocs + fallback_allocs. */
+#define FA_DEVICE_FIELDS(X)                                                                          \
+    X(pool_bytes, "bytes", "memory reserved from the driver for the pool")                           \
+    X(pool_chunks, "chunks", "chunks the pool is made of")                                            \
+    X(in_use_bytes, "bytes", "bytes of live cudaMalloc allocations (pool and driver)")               \
+    X(peak_in_use_bytes, "bytes", "highest in_use_bytes")                                            \
+    X(pool_in_use_bytes, "bytes", "bytes of the pool taken by live allocations, rounding included") \
+    X(quarantine_bytes, "bytes", "freed pool blocks waiting for the device to finish queued work")  \
+    X(allocs, "count", "successful cudaMalloc calls")                                                \
+    X(frees, "count", "successful cudaFree calls of memory from cudaMalloc")                         \
+    X(pool_allocs, "count", "allocations served from the pool")                                      \
+    X(fallback_allocs, "count", "allocations passed to the driver (too large, pool full, blind)")   \
+    X(failed_allocs, "count", "cudaMalloc calls that failed with the driver's error")                \
+    X(driver_malloc_calls, "count", "cudaMalloc calls made to the driver")                          \
+    X(driver_free_calls, "count", "cudaFree calls made to the driver")                              \
+    X(driver_ns, "ns", "time spent inside driver cudaMalloc, cudaFree and synchronisation")         \
+    X(device_syncs, "count", "device synchronisations forgealloc made to reuse quarantined blocks") \
+    X(chunks_returned, "count", "pool chunks given back to the driver to satisfy a request")         \
+    X(waste_bytes, "bytes", "pool bytes taken beyond what live allocations requested")               \
+    X(peak_waste_bytes, "bytes", "highest waste_bytes")                                              \
+    X(requested_bytes, "bytes", "bytes requested by live pool allocations")
+
+typedef struct fa_device_stats {
+    int device;
+#define FA_DEV_FIELD(name, unit, doc) uint64_t name;
+    FA_DEVICE_FIELDS(FA_DEV_FIELD)
+#undef FA_DEV_FIELD
+} fa_device_stats;
+
+/* CUDA calls that are counted and passed through: device.passthrough.<name>. */
+#define FA_CUDA_PASSTHROUGH(X) \
+    X(cudaMallocAsync) X(cudaFreeAsync) X(cudaMallocHost) X(cudaHostAlloc) X(cudaFreeHost) X(cudaMallocManaged) X(cudaMallocPitch)
+
+enum fa_cuda_pt {
+#define FA_PT_ENUM(name) FA_PT_##name,
+    FA_CUDA_PASSTHROUGH(FA_PT_ENUM)
+#undef FA_PT_ENUM
+    FA_PT_COUNT
+};
+extern const char *const fa_pt_names[FA_PT_COUNT];
+
+#define FA_MAX_DEVICES 16
+
+typedef struct fa_snapshot {
+    /* process */
+    int pid, ppid;
+    bool forked;        /* this process was forked from one under the shim */
+    char exe[512];
+    const char *reason; /* "exit", "signal", "interval", "request" */
+    uint64_t time_unix_ms;
+    uint64_t uptime_ms;
+    /* host */
+    fa_tstats host;
+    uint64_t rss_bytes, peak_rss_bytes;
+    uint64_t releases, released_bytes; /* returns to the OS made by forgealloc */
+    bool tc_valid;      /* false when tcmalloc could not be asked (signal inside malloc) */
+    uint64_t tc[FA_TC_COUNT];
+    double release_rate; /* read back from tcmalloc; negative if unreadable */
+    uint64_t stat_records;
+    /* device */
+    bool cuda_seen;     /* some CUDA call reached the shim */
+    bool device_blind;
+    const char *blind_reason;
+    uint64_t passthrough[FA_PT_COUNT];
+    int ndevices;
+    fa_device_stats dev[FA_MAX_DEVICES];
+} fa_snapshot;
+
+#endif

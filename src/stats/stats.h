@@ -1,0 +1,102 @@
+/* stats.h - exact per-thread allocation counters.
+ *
+ * Each thread counts into its own record with plain (relaxed) stores: no
+ * lock and no atomic read-modify-write on the malloc fast path.  Records
+ * live in a registry (allocated with mmap, never with malloc) and are never
+ * unlinked: a thread that exits hands its record, counts included, to the
+ * next new thread.  A snapshot is the sum over all records plus one shared
+ * record that takes atomic adds from threads past their exit destructor, so
+ * no count is ever lost or counted twice. */
+#ifndef FA_STATS_H
+#define FA_STATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Calls that entered the shim: the JSON keys host.calls.* (DESIGN.md).
+ * new = every operator new/new[] variant; delete = every operator
+ * delete/delete[] variant; free = free, cfree, free_sized, free_aligned_sized. */
+#define FA_HOST_CALLS(X)                                                                                  \
+    X(malloc) X(calloc) X(realloc) X(reallocarray) X(free) X(memalign) X(posix_memalign) X(aligned_alloc) \
+    X(valloc) X(pvalloc) X(new) X(delete)
+
+enum fa_call {
+#define FA_CALL_ENUM(name) FA_CALL_##name,
+    FA_HOST_CALLS(FA_CALL_ENUM)
+#undef FA_CALL_ENUM
+    FA_CALL_COUNT
+};
+extern const char *const fa_call_names[FA_CALL_COUNT];
+
+/* Size histogram: bucket 0 counts size 0, bucket b (1..46) sizes in
+ * [2^(b-1), 2^b), bucket 47 everything from 2^46 up. */
+#define FA_HIST_BUCKETS 48
+
+static inline unsigned fa_hist_bucket(size_t n)
+{
+    unsigned b = n ? 64u - (unsigned)__builtin_clzll((unsigned long long)n) : 0u;
+    return b < FA_HIST_BUCKETS - 1 ? b : FA_HIST_BUCKETS - 1;
+}
+
+typedef struct fa_tstats {
+    uint64_t calls[FA_CALL_COUNT];
+    uint64_t bytes_requested; /* bytes asked of allocating calls (calloc: n*size) */
+    uint64_t large_allocs;    /* allocations at or above FORGEALLOC_LARGE_ALLOC_REPORT */
+    uint64_t hist[FA_HIST_BUCKETS];
+    /* registry links: `next` chains every record ever made (never unlinked),
+     * `next_free` the records waiting for a new thread */
+    struct fa_tstats *next;
+    struct fa_tstats *next_free;
+} __attribute__((aligned(64))) fa_tstats;
+
+/* The calling thread's record; NULL until its first counted call, and
+ * again once its exit destructor has run. */
+extern __thread fa_tstats *fa_tls_stats __attribute__((tls_model("initial-exec")));
+
+void fa_stats_count_slow(enum fa_call c, size_t n, bool alloc);
+
+#define FA_RELAXED_ADD(field, v) \
+    __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+
+/* Count one allocating call of n bytes. */
+static inline void fa_stats_alloc(enum fa_call c, size_t n)
+{
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t == NULL, 0)) {
+        fa_stats_count_slow(c, n, true);
+        return;
+    }
+    FA_RELAXED_ADD(t->calls[c], 1);
+    FA_RELAXED_ADD(t->bytes_requested, n);
+    FA_RELAXED_ADD(t->hist[fa_hist_bucket(n)], 1);
+}
+
+/* Count one releasing call (free, delete). */
+static inline void fa_stats_free(enum fa_call c)
+{
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t == NULL, 0)) {
+        fa_stats_count_slow(c, 0, false);
+        return;
+    }
+    FA_RELAXED_ADD(t->calls[c], 1);
+}
+
+/* Count one large allocation (rare: the slow path only). */
+void fa_stats_large(void);
+
+/* Sum of every record plus the shared one, into *out (links zeroed). */
+void fa_stats_sum(fa_tstats *out);
+
+/* Registry lifecycle. fa_stats_init creates the thread-exit key (idempotent,
+ * called from the first counted call); the fork hooks keep the registry
+ * consistent across fork and give the child counters of its own. */
+void fa_stats_init(void);
+void fa_stats_fork_prepare(void);
+void fa_stats_fork_parent(void);
+void fa_stats_fork_child(void);
+/* Records ever made (bounded by the peak number of live threads). */
+size_t fa_stats_records(void);
+
+#endif
