@@ -111,7 +111,7 @@ static bool report_allowed(void)
     }
 }
 
-static void report_large(void *p, size_t n, const char *fn, void *caller)
+static void report_large(size_t n, const char *fn, void *caller)
 {
     fa_stats_large();
     if (!fa_log_enabled(FA_LOG_WARN))
@@ -138,9 +138,9 @@ static void report_large(void *p, size_t n, const char *fn, void *caller)
     uint64_t missed = __atomic_exchange_n(&reports_suppressed, 0, __ATOMIC_RELAXED);
     if (missed)
         fa_buf_printf(&su, "; %llu earlier reports suppressed", (unsigned long long)missed);
-    fa_warn("large allocation of %s (%zu bytes) by %s from %s%s%s; FORGEALLOC_LARGE_ALLOC_REPORT sets the threshold "
+    fa_warn("large allocation of %s (%zu bytes) by %s from %s%s; FORGEALLOC_LARGE_ALLOC_REPORT sets the threshold "
             "(0 = off)",
-            size, n, fn, where, p ? "" : " failed", sup);
+            size, n, fn, where, sup);
 }
 
 /* Rare path of every allocating call: n >= slow_size. */
@@ -148,8 +148,8 @@ static __attribute__((noinline)) void host_large(void *p, size_t n, const char *
 {
     if (__atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
         host_init();
-    if (report_size && n >= report_size)
-        report_large(p, n, fn, caller);
+    if (p && report_size && n >= report_size)
+        report_large(n, fn, caller);
     if (p && n >= FA_RELEASE_MIN) {
         TC_ENTER();
         fa_release_on_alloc(n);

@@ -28,8 +28,8 @@ void fa_release_on_alloc(size_t n)
                                                           __ATOMIC_RELAXED));
 }
 
-/* Pre: nothing held.  Returns the bytes tcmalloc unmapped. */
-static size_t release_locked(size_t want)
+/* Ask tcmalloc to release `want` bytes; returns the bytes it unmapped. */
+static size_t release_and_count(size_t want)
 {
     size_t before = property("tcmalloc.pageheap_unmapped_bytes");
     if (want == SIZE_MAX)
@@ -52,9 +52,15 @@ void fa_release_on_free(size_t n)
         return; /* another thread is checking right now */
     int saved = errno; /* free() must keep errno; madvise may set it */
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
-    size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
-    if (free_bytes > keep)
-        release_locked(free_bytes - keep);
+    /* tcmalloc releases whole spans and remembers any excess as credit
+     * against later requests (extra_bytes_released_), so one call may
+     * release nothing; a few rounds settle it. */
+    for (int round = 0; round < 4; round++) {
+        size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
+        if (free_bytes <= keep)
+            break;
+        release_and_count(free_bytes - keep);
+    }
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
 }
@@ -62,7 +68,7 @@ void fa_release_on_free(size_t n)
 size_t fa_release_all(void)
 {
     int saved = errno;
-    size_t got = release_locked(SIZE_MAX);
+    size_t got = release_and_count(SIZE_MAX);
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
     errno = saved;
     return got;

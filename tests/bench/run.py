@@ -1,0 +1,499 @@
+"""run.py - forgealloc benchmark runner (Python 3 standard library only).
+
+Builds the C workloads in this directory, runs every workload under every
+allocator interleaved (each repetition runs all allocators once, starting
+one further along each time, so drift on a shared machine hits all alike),
+and prints medians, min-max, ratios against glibc and plain tcmalloc, CPU
+time, peak RSS and, where a workload reports it, RSS after unload.
+
+Each workload prints one JSON object on its last stdout line with its own
+metrics; wall time, CPU time (user+sys) and peak RSS (ru_maxrss) of the child
+come from os.wait4.  Benchmarks are not tests: a workload that fails under an
+allocator is reported as FAILED; the exit status is non-zero only when the
+suite cannot run at all (forgealloc library missing, workloads do not build).
+
+Usually run through scripts/bench.sh; see --help.
+"""
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
+
+CC = os.environ.get("CC", "gcc")
+CFLAGS = ("-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-pthread")
+C_PROGRAMS = ("churn", "prodcons", "large_repeat", "release_burst", "proc_start")
+C_HEADERS = ("bench.h",)
+
+REPS = {"quick": 3, "full": 5}
+RUN_TIMEOUT_S = 600
+MB = 1 << 20
+
+# Variables that change how an allocator behaves: removed from the inherited
+# environment so every run sees defaults unless its allocator sets them.
+ALLOCATOR_ENV_PREFIXES = (
+    "LD_PRELOAD",
+    "FORGEALLOC_",
+    "TCMALLOC_",
+    "MALLOC",  # glibc MALLOC_*_, jemalloc MALLOC_CONF, tcmalloc MALLOCSTATS
+    "GLIBC_TUNABLES",
+    "MIMALLOC_",
+    "PYTHONMALLOC",
+)
+
+TCMALLOC_SONAME = "libtcmalloc_minimal.so.4"
+JEMALLOC_SONAME = "libjemalloc.so.2"
+MIMALLOC_SONAME = "libmimalloc.so.2"
+GLIBC_MMAP_THRESHOLD = 1 << 20
+
+
+@dataclass(frozen=True)
+class Allocator:
+    name: str
+    preload: str = ""  # absolute path of the library to preload; "" = glibc
+    env: dict = field(default_factory=dict)
+
+
+# Counts and sizes per workload, as (quick, full).
+CHURN_OPS = (4_000_000, 20_000_000)  # operations per thread
+PRODCONS_BLOCKS = (500_000, 3_000_000)
+LARGE_ITERATIONS = (60, 300)
+MODEL_SIZES_MIB = ("100,160", "150,250,400")
+MODEL_CYCLES = (2, 3)
+PYTHON_ROUNDS = (15, 60)
+PROC_STARTS = (100, 500)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    models: str  # what it stands for
+    program: str  # a C program built here, or a .py script run with this Python
+    args: tuple = ()  # a (quick, full) pair picks by mode; anything else is literal
+    env: dict = field(default_factory=dict)
+    allocators: tuple = ()  # names to run under; () = the standard set
+    metrics: tuple = ()  # (JSON key, unit, scale) shown in the table
+    needs_module: str = ""  # Python module without which the workload is skipped
+
+
+STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
+OPS = ("ops_per_s", "Mops/s", 1e-6)
+
+WORKLOADS = (
+    Workload("churn-1t", "small-object churn, 1 thread", "churn", ("1", CHURN_OPS), metrics=(OPS,)),
+    Workload("churn-2t", "small-object churn, 2 threads", "churn", ("2", CHURN_OPS), metrics=(OPS,)),
+    Workload("prodcons", "cross-thread frees through a ring", "prodcons", (PRODCONS_BLOCKS,), metrics=(OPS,)),
+    Workload(
+        "large-repeat",
+        "1-64 MiB buffers allocated, touched, freed",
+        "large_repeat",
+        (LARGE_ITERATIONS,),
+        metrics=(("ms_per_iter", "ms/iter", 1),),
+    ),
+    Workload(
+        "release-burst",
+        "200 x 4 MiB touched then all freed",
+        "release_burst",
+        metrics=(("rss_after_churn", "MB after churn", 1 / MB),),
+    ),
+    Workload(
+        "model-switch",
+        "PyTorch CPU state dicts saved, loaded, used, dropped",
+        "model_switch.py",
+        ("--models", MODEL_SIZES_MIB, "--cycles", MODEL_CYCLES),
+        metrics=(("rss_after_unload_max", "MB max after unload", 1 / MB),),
+        needs_module="torch",
+    ),
+    Workload("python", "CPython json/str/dict churn, pymalloc", "python_alloc.py", (PYTHON_ROUNDS,)),
+    Workload(
+        "python-malloc",
+        "CPython json/str/dict churn, PYTHONMALLOC=malloc",
+        "python_alloc.py",
+        (PYTHON_ROUNDS,),
+        env={"PYTHONMALLOC": "malloc"},
+    ),
+    Workload(
+        "proc-start",
+        "fork+exec /bin/true, allocator inherited",
+        "proc_start",
+        (PROC_STARTS,),
+        metrics=(("per_start_us_median", "ms/start", 1e-3),),
+    ),
+    Workload(
+        "stats-overhead",
+        "churn-1t with FORGEALLOC_STATS=json vs off vs tcmalloc",
+        "churn",
+        ("1", CHURN_OPS),
+        allocators=("tcmalloc", "forgealloc", "forgealloc+stats"),
+        metrics=(OPS, ("stats_file_bytes", "KB stats file", 1 / 1024)),
+    ),
+    # device-pool: the CUDA device-pool workload goes here (added by the lead).
+)
+
+
+def find_library(soname):
+    """Path of soname: the multiarch directories first, then ldconfig's cache."""
+    multiarch = getattr(sys.implementation, "_multiarch", "")
+    for directory in (f"/usr/lib/{multiarch}", f"/lib/{multiarch}", "/usr/lib64", "/usr/lib"):
+        path = os.path.join(directory, soname)
+        if os.path.exists(path):
+            return path
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return ""
+    for line in cache.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if name.split(" (")[0] == soname and os.path.exists(path):
+            return path
+    return ""
+
+
+def discover_allocators(forgealloc_lib, stats_file):
+    """All allocators that can run here, and one note per one that cannot."""
+    allocators, notes = [], []
+    allocators.append(Allocator("glibc"))
+    allocators.append(Allocator("glibc-mmap1M", env={"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP_THRESHOLD)}))
+    for name, soname in (("tcmalloc", TCMALLOC_SONAME), ("jemalloc", JEMALLOC_SONAME), ("mimalloc", MIMALLOC_SONAME)):
+        path = find_library(soname)
+        if path:
+            allocators.append(Allocator(name, path))
+        else:
+            notes.append(f"{name}: {soname} not found, skipped")
+    if os.path.exists(forgealloc_lib):
+        allocators.append(Allocator("forgealloc", forgealloc_lib))
+        stats_env = {"FORGEALLOC_STATS": "json", "FORGEALLOC_STATS_FILE": stats_file}
+        allocators.append(Allocator("forgealloc+stats", forgealloc_lib, stats_env))
+    else:
+        notes.append(f"forgealloc: {forgealloc_lib} not found, skipped")
+    return {a.name: a for a in allocators}, notes
+
+
+def build_programs(out_dir):
+    """Compile each C workload whose binary is missing or older than its sources."""
+    os.makedirs(out_dir, exist_ok=True)
+    headers = [os.path.join(BENCH_DIR, h) for h in C_HEADERS]
+    for program in C_PROGRAMS:
+        source = os.path.join(BENCH_DIR, program + ".c")
+        binary = os.path.join(out_dir, program)
+        newest = max(os.path.getmtime(p) for p in [source, *headers])
+        if os.path.exists(binary) and os.path.getmtime(binary) >= newest:
+            continue
+        cmd = [CC, *CFLAGS, "-o", binary, source]
+        print(" ".join(cmd), file=sys.stderr)
+        subprocess.run(cmd, check=True)
+
+
+def clean_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith(ALLOCATOR_ENV_PREFIXES)}
+
+
+def run_once(argv, env):
+    """Run argv to completion; return one sample (times, peak RSS, metrics or failure)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
+            (os.POSIX_SPAWN_DUP2, err.fileno(), 2),
+        ]
+        start = time.monotonic()
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+        pidfd = os.pidfd_open(pid)
+        try:
+            timed_out = not select.select([pidfd], [], [], RUN_TIMEOUT_S)[0]
+            if timed_out:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        finally:
+            os.close(pidfd)
+        _, status, usage = os.wait4(pid, 0)
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+
+    sample = {
+        "wall_s": round(wall, 4),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 4),
+        "user_s": round(usage.ru_utime, 4),
+        "sys_s": round(usage.ru_stime, 4),
+        "peak_rss_bytes": usage.ru_maxrss * 1024,
+    }
+    lines = stdout.strip().splitlines()
+    try:
+        metrics = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        metrics = None
+    if timed_out:
+        failure = f"timed out after {RUN_TIMEOUT_S} s"
+    elif os.WIFSIGNALED(status):
+        failure = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    elif os.waitstatus_to_exitcode(status) != 0:
+        failure = f"exit status {os.waitstatus_to_exitcode(status)}"
+    elif not isinstance(metrics, dict):
+        failure = "no JSON object on the last stdout line"
+    else:
+        sample["ok"] = True
+        sample["metrics"] = metrics
+        return sample
+    last_err = stderr.strip().splitlines()[-1:] or [""]
+    sample["ok"] = False
+    sample["failure"] = f"{failure}: {last_err[0][:200]}".rstrip(": ")
+    return sample
+
+
+def workload_argv(workload, mode, bin_dir):
+    pick = 1 if mode == "full" else 0
+    args = [str(a[pick]) if isinstance(a, tuple) else str(a) for a in workload.args]
+    if workload.program.endswith(".py"):
+        return [sys.executable, os.path.join(BENCH_DIR, workload.program), *args]
+    return [os.path.join(bin_dir, workload.program), *args]
+
+
+def allocator_env(base, allocator, workload):
+    env = dict(base, **workload.env, **allocator.env)
+    if allocator.preload:
+        env["LD_PRELOAD"] = allocator.preload
+    return env
+
+
+def run_workload(workload, allocators, reps, argv, base_env):
+    """Warm-up run (discarded), then reps rounds over all allocators, rotated."""
+    samples = {a.name: [] for a in allocators}
+    run_once(argv, allocator_env(base_env, allocators[0], workload))
+    for rep in range(reps):
+        shift = rep % len(allocators)
+        line = []
+        for allocator in allocators[shift:] + allocators[:shift]:
+            env = allocator_env(base_env, allocator, workload)
+            sample = run_once(argv, env)
+            # Record the size of the stats dump (0 = none written) and remove it.
+            stats_file = env.get("FORGEALLOC_STATS_FILE")
+            if stats_file and sample["ok"]:
+                sample["metrics"]["stats_file_bytes"] = os.path.getsize(stats_file) if os.path.exists(stats_file) else 0
+            if stats_file and os.path.exists(stats_file):
+                os.unlink(stats_file)
+            samples[allocator.name].append(sample)
+            line.append(f"{allocator.name} {sample['wall_s']:.2f}s" if sample["ok"] else f"{allocator.name} FAILED")
+        print(f"  {workload.name} rep {rep + 1}/{reps}: " + ", ".join(line), file=sys.stderr, flush=True)
+    return samples
+
+
+def summarize(samples):
+    ok = [s for s in samples if s["ok"]]
+    summary = {"runs": len(samples), "failed": len(samples) - len(ok)}
+    if not ok:
+        return summary
+    walls = [s["wall_s"] for s in ok]
+    summary.update(
+        wall_s=statistics.median(walls),
+        wall_min_s=min(walls),
+        wall_max_s=max(walls),
+        cpu_s=statistics.median(s["cpu_s"] for s in ok),
+        peak_rss_bytes=statistics.median(s["peak_rss_bytes"] for s in ok),
+    )
+    for key in ok[0]["metrics"]:
+        values = [s["metrics"].get(key) for s in ok]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            summary[key] = statistics.median(values)
+        elif all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1:
+            summary[key] = [statistics.median(column) for column in zip(*values)]
+    return summary
+
+
+def machine_info():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "loadavg": os.getloadavg(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def fmt(value, spec, scale=1.0):
+    return "-" if value is None else format(value * scale, spec)
+
+
+def print_table(results):
+    header = (
+        f"{'workload':<15}{'allocator':<17}{'wall s':>8}  {'min-max':<15}{'x glibc':>8}{'x tcmalloc':>11}"
+        f"{'cpu s':>8}{'peak MB':>9}{'after MB':>10}  metrics"
+    )
+    print(header)
+    print("-" * len(header))
+    notes = []
+    for workload, rows in results:
+        base = {name: rows[name].get("wall_s") for name in ("glibc", "tcmalloc") if name in rows}
+        for name, s in rows.items():
+            if "wall_s" not in s:
+                print(f"{workload.name:<15}{name:<17}{'FAILED':>8}  (all {s['runs']} runs)")
+                continue
+            ratios = [s["wall_s"] / base[b] if base.get(b) else None for b in ("glibc", "tcmalloc")]
+            extra = ", ".join(f"{s[key] * scale:.3g} {unit}" for key, unit, scale in workload.metrics if key in s)
+            if s["failed"]:
+                extra += f" [{s['failed']} of {s['runs']} runs FAILED]"
+            print(
+                f"{workload.name:<15}{name:<17}{s['wall_s']:>8.3f}  "
+                f"{s['wall_min_s']:.3f}-{s['wall_max_s']:<9.3f}"
+                f"{fmt(ratios[0], '.2f'):>8}{fmt(ratios[1], '.2f'):>11}{s['cpu_s']:>8.3f}"
+                f"{s['peak_rss_bytes'] / MB:>9.1f}{fmt(s.get('rss_after_unload'), '.1f', 1 / MB):>10}  {extra}"
+            )
+        notes += [f"{workload.name}/{name}: {reason}" for name, s in rows.items() for reason in s["failures"]]
+    for note in notes:
+        print(f"FAILED {note}")
+
+
+def write_plot(path, results, scratch):
+    """PNG of model-switch RSS after each unload, one line per allocator."""
+    series = {
+        name: s["rss_series"]
+        for workload, rows in results
+        if workload.name == "model-switch"
+        for name, s in rows.items()
+        if "rss_series" in s
+    }
+    if not series:
+        print(f"note: no model-switch data, {path} not written", file=sys.stderr)
+        return
+    names = list(series)
+    data = os.path.join(scratch, "model-switch.dat")
+    with open(data, "w") as f:
+        f.write("unload " + " ".join(f'"{n}"' for n in names) + "\n")
+        for i in range(max(len(v) for v in series.values())):
+            row = [f"{series[n][i] / MB:.1f}" if i < len(series[n]) else "NaN" for n in names]
+            f.write(f"{i + 1} " + " ".join(row) + "\n")
+    script = "\n".join(
+        (
+            "set terminal pngcairo size 1000,600",
+            f"set output '{path}'",
+            "set title 'model-switch: RSS after each unload (median of runs)'",
+            "set xlabel 'unload #'",
+            "set ylabel 'RSS MB'",
+            "set key outside right",
+            "set grid",
+            f"plot for [i=2:{len(names) + 1}] '{data}' using 1:i with linespoints title columnheader(i)",
+        )
+    )
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    print(f"plot written to {path}", file=sys.stderr)
+
+
+def parse_args():
+    names = [w.name for w in WORKLOADS]
+    parser = argparse.ArgumentParser(description="Run the forgealloc allocator benchmarks.")
+    parser.add_argument("--quick", action="store_true", help="small counts, about two minutes")
+    parser.add_argument("--json", metavar="FILE", help="write all samples and medians as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="plot model-switch RSS after each unload (gnuplot)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=names, help="workloads: " + " ".join(names))
+    parser.add_argument("--allocators", nargs="+", metavar="NAME", help="run only these allocators")
+    parser.add_argument("--reps", type=int, help="repetitions per allocator (default: 3 quick, 5 full)")
+    parser.add_argument("--build-dir", default=os.path.join(REPO_DIR, "build"), help="the CMake build directory")
+    args = parser.parse_args()
+    if args.reps is not None and args.reps < 1:
+        parser.error("--reps must be at least 1")
+    if args.plot and not shutil.which("gnuplot"):
+        parser.error("--plot needs gnuplot")
+    return args
+
+
+def main():
+    args = parse_args()
+    mode = "quick" if args.quick else "full"
+    reps = args.reps or REPS[mode]
+    build_dir = os.path.abspath(args.build_dir)
+    forgealloc_lib = os.path.abspath(os.environ.get("FORGEALLOC_LIB") or os.path.join(build_dir, "libforgealloc.so"))
+    workloads = [w for w in WORKLOADS if not args.only or w.name in args.only]
+
+    machine = machine_info()
+    print(f"forgealloc benchmarks, {mode} mode, {reps} reps, {machine['date']}")
+    print(
+        f"machine: {machine['nproc']} CPUs, {machine['cpu']}, kernel {machine['kernel']}, "
+        f"load {' '.join(f'{x:.2f}' for x in machine['loadavg'])}, python {machine['python']}"
+    )
+
+    with tempfile.TemporaryDirectory(prefix="forgealloc-bench-") as scratch:
+        allocators, notes = discover_allocators(forgealloc_lib, os.path.join(scratch, "stats.json"))
+        wanted = args.allocators or list(allocators)
+        if "forgealloc" in wanted and "forgealloc" not in allocators:
+            print(f"error: {forgealloc_lib} not found (build it, or set FORGEALLOC_LIB)", file=sys.stderr)
+            return 1
+        for note in notes:
+            print(f"note: {note}")
+        try:
+            build_programs(os.path.join(build_dir, "bench"))
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"error: cannot build the workloads: {e}", file=sys.stderr)
+            return 1
+
+        base_env = clean_env()
+        results = []
+        for workload in workloads:
+            names = [n for n in (workload.allocators or STANDARD_ALLOCATORS) if n in allocators and n in wanted]
+            if workload.needs_module and not importlib.util.find_spec(workload.needs_module):
+                print(f"note: {workload.name}: Python module {workload.needs_module} missing, skipped")
+                continue
+            if not names:
+                print(f"note: {workload.name}: none of its allocators selected, skipped")
+                continue
+            argv = workload_argv(workload, mode, os.path.join(build_dir, "bench"))
+            print(f"{workload.name}: {' '.join(argv)}", file=sys.stderr, flush=True)
+            samples = run_workload(workload, [allocators[n] for n in names], reps, argv, base_env)
+            rows = {}
+            for name in names:
+                rows[name] = summarize(samples[name])
+                rows[name]["failures"] = sorted({s["failure"] for s in samples[name] if not s["ok"]})
+            results.append((workload, rows, samples))
+
+        print()
+        print_table([(w, rows) for w, rows, _ in results])
+        if args.plot:
+            write_plot(os.path.abspath(args.plot), [(w, rows) for w, rows, _ in results], scratch)
+
+    if args.json:
+        report = {
+            "machine": machine,
+            "mode": mode,
+            "reps": reps,
+            "allocators": {n: {"preload": a.preload, "env": a.env} for n, a in allocators.items()},
+            "notes": notes,
+            "workloads": [
+                {
+                    "name": w.name,
+                    "models": w.models,
+                    "argv": workload_argv(w, mode, os.path.join(build_dir, "bench")),
+                    "env": w.env,
+                    "results": {n: {"median": rows[n], "samples": samples[n]} for n in rows},
+                }
+                for w, rows, samples in results
+            ],
+        }
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"JSON written to {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

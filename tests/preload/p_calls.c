@@ -1,0 +1,86 @@
+/* p_calls.c - known numbers of malloc-family calls, for exact comparison
+ * with the stats dump.  Run twice (N=0 and N>0) by run.py: the difference
+ * in every host.calls.* counter must be exactly what this program did.
+ *
+ *   p_calls calls N      N of each allocating function, each freed
+ *   p_calls threads N    4 threads x N/4 malloc+free
+ *   p_calls fork A B     A malloc+free, fork, the child B malloc+free */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* volatile: keep the compiler from pairing and removing malloc/free */
+static void *volatile sink;
+
+static void calls(long n)
+{
+    for (long i = 0; i < n; i++) {
+        sink = malloc(32);
+        free(sink);
+        sink = calloc(4, 16);
+        free(sink);
+        sink = realloc(NULL, 24);
+        sink = realloc(sink, 4000);
+        free(sink);
+        sink = reallocarray(NULL, 8, 8);
+        free(sink);
+        sink = memalign(64, 100);
+        free(sink);
+        void *p = NULL;
+        if (posix_memalign(&p, 128, 100) != 0)
+            abort();
+        free(p);
+        sink = aligned_alloc(256, 512);
+        free(sink);
+        sink = valloc(10);
+        free(sink);
+        sink = pvalloc(10);
+        free(sink);
+    }
+}
+
+static long per_thread;
+static void *worker(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < per_thread; i++) {
+        sink = malloc((size_t)(i % 512) + 1);
+        free(sink);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && strcmp(argv[1], "calls") == 0) {
+        calls(atol(argv[2]));
+    } else if (argc >= 3 && strcmp(argv[1], "threads") == 0) {
+        per_thread = atol(argv[2]) / 4;
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++)
+            pthread_create(&t[i], NULL, worker, NULL);
+        for (int i = 0; i < 4; i++)
+            pthread_join(t[i], NULL);
+    } else if (argc >= 4 && strcmp(argv[1], "fork") == 0) {
+        per_thread = atol(argv[2]);
+        worker(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            per_thread = atol(argv[3]);
+            worker(NULL);
+            exit(0); /* exit, not _exit: the child writes its own dump */
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    } else {
+        fprintf(stderr, "usage: p_calls calls N | threads N | fork A B\n");
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Preload tests: real programs run under LD_PRELOAD=libforgealloc.so.
+
+    run.py CASE --lib /abs/libforgealloc.so --bindir DIR [--python PY]
+
+Each case is a function below; ctest runs one case per test.  Exit status
+0 = pass, 1 = fail (with the reason printed), 77 = skipped (ctest's
+SKIP_RETURN_CODE), e.g. PyTorch not installed."""
+import argparse
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import check_stats_json  # noqa: E402
+
+SKIP = 77
+ARGS = None
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+def base_env(**extra):
+    """The environment of a test run: no inherited FORGEALLOC_* or preloads."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEALLOC_") and k != "LD_PRELOAD"}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run(cmd, preload=True, env=None, timeout=300, cwd=None, input=None):
+    env = dict(env if env is not None else base_env())
+    if preload:
+        env["LD_PRELOAD"] = ARGS.lib
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          input=input, errors="replace")
+
+
+def prog(name):
+    return os.path.join(ARGS.bindir, name)
+
+
+def dumps(directory):
+    """Every stats file in a directory, by pid."""
+    out = {}
+    for path in glob.glob(os.path.join(directory, "*.json")):
+        with open(path) as f:
+            doc = json.load(f)
+        out[doc["pid"]] = doc
+    return out
+
+
+def one_dump(cmd, **env):
+    """Run cmd with a JSON dump to a %p file; return (result, doc)."""
+    with tempfile.TemporaryDirectory() as d:
+        r = run(cmd, env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json", **env))
+        docs = dumps(d)
+        leftovers = [p for p in os.listdir(d) if not p.endswith(".json")]
+    check(r.returncode == 0, f"{cmd} exited {r.returncode}: {r.stderr[-2000:]}")
+    check(not leftovers, f"temporary files left behind: {leftovers}")
+    check(len(docs) == 1, f"expected one stats file, got {len(docs)}")
+    doc = next(iter(docs.values()))
+    problems = check_stats_json.problems(doc)
+    check(not problems, f"stats JSON breaks the contract: {problems}")
+    return r, doc
+
+
+def calls_diff(a, b):
+    return {k: b["host"]["calls"][k] - a["host"]["calls"][k] for k in a["host"]["calls"]}
+
+
+# ---- counts -----------------------------------------------------------------
+
+def case_counts():
+    """N calls of each malloc-family function show up exactly in the JSON."""
+    n = 1000
+    _, zero = one_dump([prog("p_calls"), "calls", "0"])
+    _, some = one_dump([prog("p_calls"), "calls", str(n)])
+    diff = calls_diff(zero, some)
+    expected = dict(malloc=n, calloc=n, realloc=2 * n, reallocarray=n, free=9 * n, memalign=n, posix_memalign=n,
+                    aligned_alloc=n, valloc=n, pvalloc=n, new=0, delete=0)
+    check(diff == expected, f"call counts differ: got {diff}, expected {expected}")
+    per_iter = 32 + 64 + 24 + 4000 + 64 + 100 + 100 + 512 + 10 + 10
+    got = some["host"]["bytes_requested"] - zero["host"]["bytes_requested"]
+    check(got == n * per_iter, f"bytes_requested grew by {got}, expected {n * per_iter}")
+
+
+def case_threads():
+    """4 threads making 250 mallocs each add exactly 1000."""
+    _, zero = one_dump([prog("p_calls"), "threads", "0"])
+    _, some = one_dump([prog("p_calls"), "threads", "1000"])
+    diff = calls_diff(zero, some)
+    check(diff["malloc"] == 1000 and diff["free"] == 1000, f"thread counts: {diff}")
+
+
+def case_fork():
+    """A forked child reports its own numbers, to its own file."""
+    def go(a, b):
+        with tempfile.TemporaryDirectory() as d:
+            r = run([prog("p_calls"), "fork", str(a), str(b)],
+                    env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json"))
+            check(r.returncode == 0, f"p_calls fork exited {r.returncode}: {r.stderr}")
+            docs = list(dumps(d).values())
+        check(len(docs) == 2, f"expected parent and child stats files, got {len(docs)}")
+        parent = [x for x in docs if not x["forked"]]
+        child = [x for x in docs if x["forked"]]
+        check(len(parent) == 1 and len(child) == 1, "one parent and one forked child expected")
+        check(child[0]["ppid"] == parent[0]["pid"], "child's ppid is not the parent")
+        return parent[0], child[0]
+    p0, c0 = go(0, 0)
+    p1, c1 = go(300, 500)
+    dp, dc = calls_diff(p0, p1), calls_diff(c0, c1)
+    check(dp["malloc"] == 300 and dp["free"] == 300, f"parent counts: {dp}")
+    check(dc["malloc"] == 500 and dc["free"] == 500, f"child counts: {dc}")
+
+
+# ---- semantics ----------------------------------------------------------------
+
+def case_cxx():
+    r = run([prog("p_cxx")])
+    check(r.returncode == 0, f"p_cxx failed ({r.returncode}): {r.stderr}")
+
+
+def case_mixes():
+    r = run([prog("p_mixes")])
+    check(r.returncode == 0, f"p_mixes failed ({r.returncode}): {r.stderr}")
+    check(r.stderr == "", f"p_mixes printed: {r.stderr}")
+
+
+def case_symbols():
+    """Our exports cover glibc's malloc family and libstdc++'s operators."""
+    def exports(path):
+        out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    libc = subprocess.run(["sh", "-c", "ldd /bin/true | awk '/libc.so/{print $3}'"], capture_output=True,
+                          text=True).stdout.strip()
+    family = re.compile(r"^(__libc_)?(malloc|calloc|realloc|reallocarray|free|cfree|memalign|posix_memalign|"
+                        r"aligned_alloc|valloc|pvalloc|mallinfo2?|mallopt|malloc_(trim|stats|info|usable_size)|"
+                        r"free_sized|free_aligned_sized)$")
+    want = {s for s in exports(libc) if family.match(s)} - {"__libc_reallocarray"}  # GLIBC_PRIVATE
+    stdcxx = subprocess.run([ARGS.python, "-c", "import ctypes.util; print(ctypes.util.find_library('stdc++'))"],
+                            capture_output=True, text=True).stdout.strip()
+    stdcxx_path = next(iter(glob.glob(f"/usr/lib/*/{stdcxx}") + glob.glob(f"/lib/*/{stdcxx}")), None)
+    check(stdcxx_path, "libstdc++ not found")
+    ops = re.compile(r"^_Z(nw|na|dl|da)[mPv].*")
+    want |= {s for s in exports(stdcxx_path) if ops.match(s)}
+    ours = exports(ARGS.lib)
+    missing = sorted(want - ours)
+    check(len([s for s in want if ops.match(s)]) == 20, "expected 20 operator new/delete variants in libstdc++")
+    check(not missing, f"not exported by libforgealloc.so: {missing}")
+    check("__posix_memalign" in ours, "__posix_memalign not exported")
+
+
+# ---- release policy and introspection -------------------------------------------
+
+def case_release_burst():
+    """800 MB freed in 4 MB blocks goes back to the OS (tcmalloc alone keeps it)."""
+    r = run([prog("p_release"), "burst"])
+    check(r.returncode == 0, r.stderr)
+    after = int(re.search(r"rss_after_free_mb (\d+)", r.stdout).group(1))
+    check(after <= 100, f"RSS after freeing 800 MB is {after} MB, expected <= 100")
+    # Control: with a threshold above the burst nothing is released, so the
+    # figure above is the policy's doing.
+    r = run([prog("p_release"), "burst"], env=base_env(FORGEALLOC_RELEASE_THRESHOLD="2G"))
+    kept = int(re.search(r"rss_after_free_mb (\d+)", r.stdout).group(1))
+    check(kept >= 700, f"with FORGEALLOC_RELEASE_THRESHOLD=2G RSS fell to {kept} MB; the control is broken")
+
+
+def case_release_churn():
+    """Repeated 1-32 MB allocations reuse memory: no return to the OS at all."""
+    r = run([prog("p_release"), "churn"])
+    check(r.returncode == 0, r.stderr)
+    releases = int(re.search(r"releases (\d+)", r.stdout).group(1))
+    check(releases == 0, f"the churn loop made {releases} returns to the OS; it should reuse its memory")
+
+
+def case_introspection():
+    r = run([prog("p_release"), "intro"], env=base_env(FORGEALLOC_RELEASE_THRESHOLD="1G"))
+    check(r.returncode == 0, f"introspection checks failed: {r.stderr}")
+    check(re.search(r"forgealloc [0-9.]+: pid \d+ \(.*p_release\)", r.stderr), f"malloc_stats printed: {r.stderr!r}")
+
+
+def case_large_report():
+    r = run([prog("p_large"), "2M"], env=base_env(FORGEALLOC_LARGE_ALLOC_REPORT="1M"))
+    lines = r.stderr.splitlines()
+    check(r.returncode == 0 and len(lines) == 1, f"expected one report line, got: {r.stderr!r}")
+    check(re.match(r"forgealloc: large allocation of 2\.00 MiB \(2097152 bytes\) by malloc from \S*p_large\+0x[0-9a-f]+",
+                   lines[0]), f"report line: {lines[0]}")
+    check("FORGEALLOC_LARGE_ALLOC_REPORT" in lines[0], "the report names its variable")
+    _, doc = one_dump([prog("p_large"), "2M", "3M", "100K"], FORGEALLOC_LARGE_ALLOC_REPORT="1M",
+                      FORGEALLOC_LOG="error")
+    check(doc["host"]["large_allocs"] == 2, f"large_allocs = {doc['host']['large_allocs']}")
+    r = run([prog("p_large")] + ["2M"] * 50, env=base_env(FORGEALLOC_LARGE_ALLOC_REPORT="1M"))
+    check(1 <= len(r.stderr.splitlines()) <= 6, f"rate limit: {len(r.stderr.splitlines())} lines for 50 reports")
+    for env in ({}, {"FORGEALLOC_LARGE_ALLOC_REPORT": "0"}):
+        r = run([prog("p_large"), "2M", "1500M"], env=base_env(**env))
+        check(r.stderr == "" or env == {}, f"reports off, yet: {r.stderr}")
+        if env == {}:  # default 1G: only the 1500M one
+            check(len(r.stderr.splitlines()) == 1 and "1.46 GiB" in r.stderr, f"default threshold: {r.stderr!r}")
+
+
+# ---- output ---------------------------------------------------------------------
+
+def case_formats():
+    r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="text"))
+    check(r.returncode == 0 and re.search(r"^forgealloc [0-9.]+: pid \d+ \(/usr/bin/true\), exit", r.stderr, re.M),
+          f"text dump: {r.stderr!r}")
+    r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json"))
+    problems = check_stats_json.problems(json.loads(r.stderr))
+    check(not problems, f"JSON dump: {problems}")
+    r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="prometheus"))
+    samples = [line for line in r.stderr.splitlines() if not line.startswith("#")]
+    check(samples and all(re.match(r'^forgealloc_\w+\{pid="\d+"(,\w+="[^"]*")*\} \d+$', s) for s in samples),
+          f"prometheus dump: {r.stderr[:500]}")
+
+
+def case_quiet():
+    """Nothing is printed when nobody asked."""
+    r = run([ARGS.python, "-c", "import json; print(len(json.dumps(list(range(10000)))))"])
+    check(r.returncode == 0 and r.stdout == "58890\n" and r.stderr == "", f"python under the shim: {r!r}")
+    r = run(["sh", "-c", "ls / | wc -l >/dev/null; git --version >/dev/null 2>&1 || true"])
+    check(r.returncode == 0 and r.stderr == "", f"shell pipeline printed: {r.stderr!r}")
+
+
+def case_bad_setting():
+    r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATE="abc"))
+    check(r.returncode == 0 and r.stdout == "hi\n", f"program changed by a bad setting: {r!r}")
+    check(len(r.stderr.splitlines()) == 1 and "FORGEALLOC_RELEASE_RATE='abc'" in r.stderr, f"message: {r.stderr!r}")
+    r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATE="abc", FORGEALLOC_STRICT="1"))
+    check(r.returncode == 2 and r.stdout == "", f"strict mode should refuse to start: {r!r}")
+    check("refusing to start" in r.stderr and "FORGEALLOC_RELEASE_RATE" in r.stderr, f"strict message: {r.stderr!r}")
+
+
+def case_stats_file():
+    with tempfile.TemporaryDirectory() as d:
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s-%p.json"))
+        files = os.listdir(d)
+        check(r.returncode == 0 and len(files) == 1 and re.match(r"s-\d+\.json$", files[0]), f"files: {files}")
+        bad = f"{d}/missing/dir/s.json"
+        r = run([ARGS.python, "-c", "import sys; print('out'); sys.exit(3)"],
+                env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=bad))
+        check(r.returncode == 3 and r.stdout == "out\n", f"an unwritable path changed the program: {r!r}")
+        lines = r.stderr.splitlines()
+        check(len(lines) == 1 and "cannot write stats" in lines[0] and "FORGEALLOC_STATS_FILE" in lines[0],
+              f"unwritable path: {r.stderr!r}")
+
+
+def case_release_rate():
+    _, doc = one_dump(["/bin/true"])
+    check(doc["config"]["release_rate"] == 10.0, f"default release rate read back: {doc['config']['release_rate']}")
+    _, doc = one_dump(["/bin/true"], FORGEALLOC_RELEASE_RATE="3")
+    check(doc["config"]["release_rate"] == 3.0, f"release rate read back: {doc['config']['release_rate']}")
+
+
+# ---- real clients -------------------------------------------------------------------
+
+PY_WORK = ("import json\n"
+           "d=[{'k%d'%i: list(range(i % 50)), 's': 'x'*(i % 300)} for i in range(20000)]\n"
+           "for _ in range(3): d=json.loads(json.dumps(d))\n"
+           "print(len(d))\n")
+
+
+def case_python():
+    _, plain = one_dump([ARGS.python, "-c", PY_WORK])
+    r, raw = one_dump([ARGS.python, "-c", PY_WORK], PYTHONMALLOC="malloc")
+    check(r.stdout == "20000\n", f"python output: {r.stdout!r}")
+    check(plain["host"]["calls"]["malloc"] > 1000, "pymalloc run: too few mallocs counted")
+    check(raw["host"]["calls"]["malloc"] > 10 * plain["host"]["calls"]["malloc"],
+          f"PYTHONMALLOC=malloc should send every object to malloc: {raw['host']['calls']['malloc']} vs "
+          f"{plain['host']['calls']['malloc']}")
+
+
+def case_torch():
+    probe = run([ARGS.python, "-c", "import torch"], preload=False)
+    if probe.returncode != 0:
+        print("PyTorch not installed for", ARGS.python, "- skipped")
+        return SKIP
+    code = ("import torch, gc\n"
+            "for i in range(3):\n"
+            "    sd={f'w{j}': torch.randn(256, 1024) for j in range(40)}\n"
+            "    y=sum(t.sum() for t in sd.values())\n"
+            "    del sd; gc.collect()\n"
+            "x=torch.randn(512,512); print(float((x@x).sum()) != 0.0)\n")
+    r, doc = one_dump([ARGS.python, "-c", code])
+    check(r.stdout.strip() == "True", f"torch output: {r.stdout!r} {r.stderr[-1000:]}")
+    check(doc["host"]["calls"]["new"] + doc["host"]["calls"]["malloc"] > 10000, "torch allocations not counted")
+
+
+def case_child_dir():
+    """The preload path stays valid in children started in other directories."""
+    r = run(["sh", "-c", "cd / && env | grep ^LD_PRELOAD= && cd /tmp && /bin/true"])
+    check(r.returncode == 0 and r.stderr == "", f"child in another directory: {r.stderr!r}")
+
+
+def case_signal():
+    """An unhandled SIGTERM still writes the dump and still kills with SIGTERM;
+    a program's own handler is left alone."""
+    code = ("import signal, sys, time\n"
+            "if sys.argv[1] == 'own': signal.signal(signal.SIGTERM, lambda *a: sys.exit(5))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    for mode, status, reason in (("default", -signal.SIGTERM, "signal"), ("own", 5, "exit")):
+        with tempfile.TemporaryDirectory() as d:
+            env = base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json", LD_PRELOAD=ARGS.lib)
+            p = subprocess.Popen([ARGS.python, "-c", code, mode], env=env, stdout=subprocess.PIPE, text=True)
+            check(p.stdout.readline() == "ready\n", "child did not start")
+            p.send_signal(signal.SIGTERM)
+            rc = p.wait(timeout=30)
+            docs = list(dumps(d).values())
+            check(rc == status, f"{mode}: exit status {rc}, expected {status}")
+            check(len(docs) == 1 and docs[0]["reason"] == reason, f"{mode}: dumps {[x.get('reason') for x in docs]}")
+            check(not [f for f in os.listdir(d) if ".tmp" in f], "temporary left behind")
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--bindir", required=True)
+    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
+    ARGS = ap.parse_args()
+    ARGS.lib = os.path.abspath(ARGS.lib)
+    fn = globals().get("case_" + ARGS.case)
+    if not fn:
+        print("unknown case", ARGS.case)
+        return 2
+    try:
+        rc = fn()
+    except Failure as e:
+        print("FAIL:", e)
+        return 1
+    return rc or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

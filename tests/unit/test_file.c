@@ -1,0 +1,131 @@
+/* test_file.c - stats files are complete or absent: atomic replace, no
+ * temporary left behind, no symlink followed, errors reported. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include <cmocka.h>
+
+#include "../../src/stats/file.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(dir, "/tmp/fa-file-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+static int entries(void)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void read_all(const char *path, char *out, size_t cap)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    ssize_t n = read(fd, out, cap - 1);
+    close(fd);
+    out[n > 0 ? n : 0] = '\0';
+}
+
+static void test_expand(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_true(fa_path_expand("/x/s-%p.json", 123, out, sizeof out));
+    assert_string_equal(out, "/x/s-123.json");
+    assert_true(fa_path_expand("%p%%p%", 7, out, sizeof out));
+    assert_string_equal(out, "7%p%");
+    assert_false(fa_path_expand("/a/very/long/path/that/does/not/fit/%p", 1, out, 16));
+}
+
+static void test_write_replace(void **state)
+{
+    (void)state;
+    char path[128], got[64];
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    assert_int_equal(fa_file_write_atomic(path, "first", 5, NULL, 0), 0);
+    read_all(path, got, sizeof got);
+    assert_string_equal(got, "first");
+    char tmp[256] = "x";
+    assert_int_equal(fa_file_write_atomic(path, "second", 6, tmp, sizeof tmp), 0);
+    assert_string_equal(tmp, ""); /* cleared once renamed */
+    read_all(path, got, sizeof got);
+    assert_string_equal(got, "second");
+    assert_int_equal(entries(), 1);
+}
+
+static void test_symlink_not_followed(void **state)
+{
+    (void)state;
+    char target[128], link[128], got[64];
+    snprintf(target, sizeof target, "%s/precious", dir);
+    snprintf(link, sizeof link, "%s/stats.json", dir);
+    int fd = open(target, O_CREAT | O_WRONLY, 0600);
+    assert_int_equal(write(fd, "keep", 4), 4);
+    close(fd);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(fa_file_write_atomic(link, "stats", 5, NULL, 0), 0);
+    read_all(target, got, sizeof got);
+    assert_string_equal(got, "keep"); /* the link was replaced, not written through */
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+}
+
+static void test_errors_leave_nothing(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/missing-dir/stats.json", dir);
+    int before = entries();
+    assert_int_equal(fa_file_write_atomic(path, "x", 1, NULL, 0), ENOENT);
+    assert_int_equal(entries(), before);
+    /* A directory where the file should go: the rename fails, the
+     * temporary is removed. */
+    snprintf(path, sizeof path, "%s/adir", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    int err = fa_file_write_atomic(path, "x", 1, NULL, 0);
+    assert_true(err == EISDIR || err == ENOTEMPTY || err == EEXIST);
+    assert_int_equal(entries(), before + 1);
+    char buf[32];
+    assert_string_equal(fa_errno_text(EACCES, buf, sizeof buf), "permission denied");
+    assert_string_equal(fa_errno_text(12345, buf, sizeof buf), "error 12345");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expand),
+        cmocka_unit_test_setup_teardown(test_write_replace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_symlink_not_followed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errors_leave_nothing, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
