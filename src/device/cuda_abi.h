@@ -3,8 +3,9 @@
  * The library never includes the CUDA toolkit's headers (a user's machine
  * has none) and never links libcudart: these declarations are all it
  * needs.  Values and prototypes match CUDA 12 and 13; when the toolkit is
- * present, tests/device/cuda_abi_check.c compiles this file against the
- * real headers and fails on any difference.  The stand-in runtime in
+ * present, the build also compiles the CUDA sources with
+ * FA_CUDA_ABI_CHECK against the real headers (target forgealloc_cuda_abi):
+ * a different prototype or value fails the build.  The stand-in runtime in
  * tests/device/ implements the same declarations. */
 #ifndef FA_CUDA_ABI_H
 #define FA_CUDA_ABI_H
@@ -33,16 +34,26 @@ typedef int fa_cuda_capture_mode;             /* enum cudaStreamCaptureMode */
 typedef struct fa_cuda_edge_data fa_cuda_edge_data; /* cudaGraphEdgeData (opaque here) */
 #endif
 
-enum {
-    FA_CUDA_SUCCESS = 0,                       /* cudaSuccess */
-    FA_CUDA_ERROR_INVALID_VALUE = 1,           /* cudaErrorInvalidValue */
-    FA_CUDA_ERROR_MEMORY_ALLOCATION = 2,       /* cudaErrorMemoryAllocation */
-    FA_CUDA_ERROR_INITIALIZATION = 3,          /* cudaErrorInitializationError */
-    FA_CUDA_ERROR_INVALID_DEVICE = 101,        /* cudaErrorInvalidDevice */
-    FA_CUDA_ERROR_NOT_SUPPORTED = 801,         /* cudaErrorNotSupported */
-    FA_CUDA_ERROR_CAPTURE_UNSUPPORTED = 900,   /* cudaErrorStreamCaptureUnsupported */
-    FA_CUDA_ERROR_CAPTURE_INVALIDATED = 901,   /* cudaErrorStreamCaptureInvalidated */
-};
+#define FA_CUDA_SUCCESS ((fa_cuda_error)0) /* cudaSuccess */
+#define FA_CUDA_ERROR_INVALID_VALUE ((fa_cuda_error)1) /* cudaErrorInvalidValue */
+#define FA_CUDA_ERROR_MEMORY_ALLOCATION ((fa_cuda_error)2) /* cudaErrorMemoryAllocation */
+#define FA_CUDA_ERROR_INITIALIZATION ((fa_cuda_error)3) /* cudaErrorInitializationError */
+#define FA_CUDA_ERROR_INVALID_DEVICE ((fa_cuda_error)101) /* cudaErrorInvalidDevice */
+#define FA_CUDA_ERROR_NOT_SUPPORTED ((fa_cuda_error)801) /* cudaErrorNotSupported */
+#define FA_CUDA_ERROR_CAPTURE_UNSUPPORTED ((fa_cuda_error)900) /* cudaErrorStreamCaptureUnsupported */
+#define FA_CUDA_ERROR_CAPTURE_INVALIDATED ((fa_cuda_error)901) /* cudaErrorStreamCaptureInvalidated */
+
+#ifdef FA_CUDA_ABI_CHECK
+_Static_assert((int)FA_CUDA_SUCCESS == (int)cudaSuccess, "cudaSuccess");
+_Static_assert((int)FA_CUDA_ERROR_INVALID_VALUE == (int)cudaErrorInvalidValue, "cudaErrorInvalidValue");
+_Static_assert((int)FA_CUDA_ERROR_MEMORY_ALLOCATION == (int)cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation");
+_Static_assert((int)FA_CUDA_ERROR_INITIALIZATION == (int)cudaErrorInitializationError, "cudaErrorInitializationError");
+_Static_assert((int)FA_CUDA_ERROR_INVALID_DEVICE == (int)cudaErrorInvalidDevice, "cudaErrorInvalidDevice");
+_Static_assert((int)FA_CUDA_ERROR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "cudaErrorNotSupported");
+_Static_assert((int)FA_CUDA_ERROR_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported, "capture unsupported");
+_Static_assert((int)FA_CUDA_ERROR_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated, "capture invalidated");
+_Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-sized enum");
+#endif
 
 /* The real runtime's functions that forgealloc calls or forwards to,
  * looked up at run time (cudart.c).  X(name, return, params, args). */

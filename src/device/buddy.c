@@ -1,0 +1,183 @@
+/* buddy.c - binary buddy allocator with tail trimming (see buddy.h). */
+#include "buddy.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+static void push(fa_buddy *b, uint32_t u, unsigned k)
+{
+    b->state[u] = FA_BUDDY_FREE;
+    b->order[u] = (uint8_t)k;
+    b->prev[u] = FA_BUDDY_NIL;
+    b->next[u] = b->heads[k];
+    if (b->heads[k] != FA_BUDDY_NIL)
+        b->prev[b->heads[k]] = u;
+    b->heads[k] = u;
+    b->nonempty |= (uint64_t)1 << k;
+    b->free_units += (uint64_t)1 << k;
+}
+
+static void unlink_block(fa_buddy *b, uint32_t u)
+{
+    unsigned k = b->order[u];
+    if (b->prev[u] != FA_BUDDY_NIL)
+        b->next[b->prev[u]] = b->next[u];
+    else
+        b->heads[k] = b->next[u];
+    if (b->next[u] != FA_BUDDY_NIL)
+        b->prev[b->next[u]] = b->prev[u];
+    if (b->heads[k] == FA_BUDDY_NIL)
+        b->nonempty &= ~((uint64_t)1 << k);
+    b->state[u] = FA_BUDDY_NONE;
+    b->free_units -= (uint64_t)1 << k;
+}
+
+static void *map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max_order)
+{
+    memset(b, 0, sizeof *b);
+    if (max_order > FA_BUDDY_MAX_ORDER || min_shift < 4 || min_shift > 16 || max_order > 31)
+        return false;
+    size_t n = (size_t)1 << max_order;
+    /* One mapping for all arrays; pages are touched only where blocks
+     * start, so the cost follows the number of blocks, not the range. */
+    size_t bytes = n * (1 + 1 + 4 + 4 + 4 + 2);
+    uint8_t *m = map(bytes);
+    if (!m)
+        return false;
+    b->meta_bytes = bytes;
+    b->next = (uint32_t *)m;
+    b->prev = b->next + n;
+    b->units = b->prev + n;
+    b->slack = (uint16_t *)(b->units + n);
+    b->state = (uint8_t *)(b->slack + n);
+    b->order = b->state + n;
+    b->base = base;
+    b->min_shift = min_shift;
+    b->max_order = max_order;
+    for (unsigned k = 0; k <= FA_BUDDY_MAX_ORDER; k++)
+        b->heads[k] = FA_BUDDY_NIL;
+    push(b, 0, max_order);
+    return true;
+}
+
+void fa_buddy_destroy(fa_buddy *b)
+{
+    if (b->next)
+        munmap(b->next, b->meta_bytes);
+    memset(b, 0, sizeof *b);
+}
+
+static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
+
+bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr)
+{
+    if (bytes == 0)
+        return false;
+    uint64_t unit = (uint64_t)1 << b->min_shift;
+    uint64_t n = ((uint64_t)bytes + unit - 1) >> b->min_shift;
+    unsigned k = ceil_log2(n);
+    if (k > b->max_order)
+        return false;
+    uint64_t avail = b->nonempty >> k;
+    if (!avail)
+        return false;
+    unsigned j = k + (unsigned)__builtin_ctzll(avail); /* smallest order that has a block */
+    uint32_t u = b->heads[j];
+    unlink_block(b, u);
+    while (j > k) { /* split: keep the lower half, free the upper */
+        j--;
+        push(b, u + ((uint32_t)1 << j), j);
+    }
+    /* Tail trimming: [u + n, u + 2^k) goes back as aligned buddy pieces,
+     * smallest first (each piece's buddy is part of the allocation). */
+    uint64_t pos = u + n, end = (uint64_t)u + ((uint64_t)1 << k);
+    while (pos < end) {
+        unsigned o = (unsigned)__builtin_ctzll(pos);
+        while (pos + ((uint64_t)1 << o) > end)
+            o--;
+        push(b, (uint32_t)pos, o);
+        pos += (uint64_t)1 << o;
+    }
+    b->state[u] = FA_BUDDY_ALLOC;
+    b->units[u] = (uint32_t)n;
+    b->slack[u] = (uint16_t)((n << b->min_shift) - bytes);
+    *addr = b->base + ((uintptr_t)u << b->min_shift);
+    return true;
+}
+
+uint32_t fa_buddy_find(const fa_buddy *b, uintptr_t addr)
+{
+    if (!fa_buddy_contains(b, addr))
+        return FA_BUDDY_NIL;
+    uintptr_t off = addr - b->base;
+    if (off & (((uintptr_t)1 << b->min_shift) - 1))
+        return FA_BUDDY_NIL;
+    uint32_t u = (uint32_t)(off >> b->min_shift);
+    return b->state[u] == FA_BUDDY_ALLOC ? u : FA_BUDDY_NIL;
+}
+
+static void free_block(fa_buddy *b, uint32_t u, unsigned k)
+{
+    while (k < b->max_order) {
+        uint32_t buddy = u ^ ((uint32_t)1 << k);
+        if (b->state[buddy] != FA_BUDDY_FREE || b->order[buddy] != k)
+            break;
+        unlink_block(b, buddy);
+        if (buddy < u)
+            u = buddy;
+        k++;
+    }
+    push(b, u, k);
+}
+
+void fa_buddy_free_unit(fa_buddy *b, uint32_t u)
+{
+    uint64_t n = b->units[u];
+    b->state[u] = FA_BUDDY_NONE;
+    /* The pieces: the binary digits of n from the top, laid out from u. */
+    uint64_t pos = u;
+    for (int bit = 63 - __builtin_clzll(n); bit >= 0; bit--) {
+        if (n & ((uint64_t)1 << bit)) {
+            free_block(b, (uint32_t)pos, (unsigned)bit);
+            pos += (uint64_t)1 << bit;
+        }
+    }
+}
+
+size_t fa_buddy_largest(const fa_buddy *b)
+{
+    if (!b->nonempty)
+        return 0;
+    unsigned k = 63u - (unsigned)__builtin_clzll(b->nonempty);
+    return (size_t)1 << (k + b->min_shift);
+}
+
+int fa_buddy_check(const fa_buddy *b)
+{
+    int problems = 0;
+    uint64_t free_units = 0;
+    for (unsigned k = 0; k <= b->max_order; k++) {
+        uint32_t prev = FA_BUDDY_NIL;
+        bool any = false;
+        for (uint32_t u = b->heads[k]; u != FA_BUDDY_NIL; prev = u, u = b->next[u]) {
+            any = true;
+            problems += b->state[u] != FA_BUDDY_FREE || b->order[u] != k || b->prev[u] != prev;
+            problems += (u & (((uint32_t)1 << k) - 1)) != 0; /* aligned to its size */
+            /* a free block never has a free buddy of the same order (it would have merged) */
+            if (k < b->max_order) {
+                uint32_t buddy = u ^ ((uint32_t)1 << k);
+                problems += b->state[buddy] == FA_BUDDY_FREE && b->order[buddy] == k;
+            }
+            free_units += (uint64_t)1 << k;
+        }
+        problems += any != ((b->nonempty >> k) & 1);
+    }
+    problems += free_units != b->free_units;
+    return problems;
+}

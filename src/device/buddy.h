@@ -1,0 +1,87 @@
+/* buddy.h - a binary buddy allocator over an opaque address range.
+ *
+ * Pure C: the range is never dereferenced (it is device memory), all
+ * metadata lives in host arrays indexed by unit (the minimum block).
+ * Blocks are powers of two and aligned to their size; an allocation of n
+ * units takes the smallest free block of 2^k >= n units and hands the
+ * unused tail straight back to the free lists in buddy pieces, so a 20 MiB
+ * request costs 20 MiB, not 32 (PyTorch's segment sizes).  The allocation
+ * is then the run of pieces given by the binary digits of n; freeing
+ * returns each piece and merges with free buddies. */
+#ifndef FA_BUDDY_H
+#define FA_BUDDY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FA_BUDDY_NIL UINT32_MAX
+#define FA_BUDDY_MAX_ORDER 40
+
+typedef struct fa_buddy {
+    uintptr_t base;     /* first address of the range */
+    unsigned min_shift; /* log2 of the unit (minimum block) in bytes */
+    unsigned max_order; /* the range is 2^max_order units */
+    uint64_t free_units;
+    uint64_t nonempty;  /* bit k set: heads[k] has a block */
+    uint32_t heads[FA_BUDDY_MAX_ORDER + 1];
+    /* Per unit (mmap'd, touched only where blocks start):
+     *   state  FREE: start of a free block of order[u], linked next/prev
+     *          ALLOC: start of an allocation of units[u] units
+     *   next/prev  free-list links; for allocations, free for the owner
+     *              (the pool keeps its quarantine list and epoch there)
+     *   slack  bytes of the allocation's last unit left unrequested */
+    uint8_t *state;
+    uint8_t *order;
+    uint32_t *next;
+    uint32_t *prev;
+    uint32_t *units;
+    uint16_t *slack;
+    size_t meta_bytes;
+} fa_buddy;
+
+/* HELD: allocated, released by its owner but not yet given back (the
+ * pool's quarantine): fa_buddy_find no longer returns it. */
+enum { FA_BUDDY_NONE = 0, FA_BUDDY_FREE = 1, FA_BUDDY_ALLOC = 2, FA_BUDDY_HELD = 3 };
+
+/* Range [base, base + 2^(min_shift + max_order)), 4 <= min_shift <= 16,
+ * max_order <= 31.  Returns false for other shapes or if the metadata
+ * could not be mapped. */
+bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max_order);
+void fa_buddy_destroy(fa_buddy *b);
+
+static inline size_t fa_buddy_size(const fa_buddy *b) { return (size_t)1 << (b->min_shift + b->max_order); }
+static inline bool fa_buddy_contains(const fa_buddy *b, uintptr_t a)
+{
+    return a >= b->base && a - b->base < fa_buddy_size(b);
+}
+static inline bool fa_buddy_idle(const fa_buddy *b) { return b->free_units == (uint64_t)1 << b->max_order; }
+
+/* Allocate `bytes` (> 0).  Returns true and sets *addr, or false when no
+ * free block is large enough.  The allocation is aligned to the unit at
+ * least, and to the largest power of two <= its size. */
+bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr);
+
+/* The unit index of the allocation starting at addr, or FA_BUDDY_NIL if
+ * addr is not the start of a live allocation. */
+uint32_t fa_buddy_find(const fa_buddy *b, uintptr_t addr);
+static inline size_t fa_buddy_alloc_bytes(const fa_buddy *b, uint32_t u) { return (size_t)b->units[u] << b->min_shift; }
+static inline size_t fa_buddy_requested(const fa_buddy *b, uint32_t u)
+{
+    return fa_buddy_alloc_bytes(b, u) - b->slack[u];
+}
+
+/* Mark the allocation at unit u held (see FA_BUDDY_HELD). */
+static inline void fa_buddy_hold(fa_buddy *b, uint32_t u) { b->state[u] = FA_BUDDY_HELD; }
+
+/* Free the allocation (live or held) at unit u, merging buddies. */
+void fa_buddy_free_unit(fa_buddy *b, uint32_t u);
+
+/* Largest block that could be allocated right now, in bytes (0 if none). */
+size_t fa_buddy_largest(const fa_buddy *b);
+
+/* Walk the free lists and the allocation marks and check every invariant;
+ * returns the number of problems (0 = consistent).  For tests. */
+int fa_buddy_check(const fa_buddy *b);
+
+#endif

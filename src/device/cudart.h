@@ -1,0 +1,24 @@
+/* cudart.h - the real CUDA runtime's functions, found at run time.
+ *
+ * libforgealloc.so has no DT_NEEDED on libcudart (a second copy would
+ * replace the one the framework ships).  At the first CUDA call the shim
+ * looks the functions up: in the libcudart that dlsym(RTLD_NEXT) finds, or,
+ * when the framework loaded cudart with dlopen(RTLD_LOCAL) (Python
+ * extensions: RTLD_NEXT then returns NULL), in the loaded libcudart*.so*
+ * found through dl_iterate_phdr.  All functions come from one library. */
+#ifndef FA_CUDART_H
+#define FA_CUDART_H
+
+#include "cuda_abi.h"
+
+typedef struct fa_cudart {
+#define FA_CUDART_PTR(name, ret, params, args) ret(*name) params;
+    FA_CUDART_FUNCS(FA_CUDART_PTR)
+#undef FA_CUDART_PTR
+    char path[512]; /* the library they come from; "" if none was found */
+} fa_cudart;
+
+/* The runtime's functions (members NULL when missing).  Never NULL. */
+const fa_cudart *fa_cudart_get(void);
+
+#endif

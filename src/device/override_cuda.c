@@ -1,0 +1,59 @@
+/* override_cuda.c - the CUDA runtime names forgealloc defines, each a
+ * forward to device.c or, for the calls it only counts or watches, to the
+ * real runtime.  This is the only file that defines CUDA names.
+ *
+ * An unversioned definition in a preloaded object also takes calls bound
+ * to libcudart.so.13's versioned symbols, including from libraries loaded
+ * with dlopen(RTLD_LOCAL) (FIELD-NOTES).  The *_ptsz names are what code
+ * built with --default-stream per-thread calls. */
+#include "cudart.h"
+#include "device.h"
+
+#define FA_EXPORT __attribute__((visibility("default")))
+
+FA_EXPORT fa_cuda_error cudaMalloc(void **p, size_t n) { return fa_device_malloc(p, n); }
+FA_EXPORT fa_cuda_error cudaFree(void *p) { return fa_device_free(p); }
+FA_EXPORT fa_cuda_error cudaMemGetInfo(size_t *free_b, size_t *total_b) { return fa_device_mem_get_info(free_b, total_b); }
+FA_EXPORT fa_cuda_error cudaDeviceReset(void) { return fa_device_reset(); }
+FA_EXPORT fa_cuda_error cudaDeviceSynchronize(void) { return fa_device_synchronize(); }
+FA_EXPORT fa_cuda_error cudaIpcGetMemHandle(fa_cuda_ipc_handle *h, void *p) { return fa_device_ipc_get_handle(h, p); }
+
+/* Counted, then passed to the runtime unchanged. */
+#define FA_PASS(counter, name, params, args)                                  \
+    FA_EXPORT fa_cuda_error name params                                       \
+    {                                                                         \
+        const fa_cudart *rt = fa_device_runtime(#name);                      \
+        fa_device_count(counter);                                             \
+        return rt->name ? rt->name args : FA_CUDA_ERROR_INITIALIZATION;       \
+    }
+FA_PASS(FA_PT_cudaMallocAsync, cudaMallocAsync, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
+FA_PASS(FA_PT_cudaMallocAsync, cudaMallocAsync_ptsz, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
+FA_PASS(FA_PT_cudaFreeAsync, cudaFreeAsync, (void *p, fa_cuda_stream s), (p, s))
+FA_PASS(FA_PT_cudaFreeAsync, cudaFreeAsync_ptsz, (void *p, fa_cuda_stream s), (p, s))
+FA_PASS(FA_PT_cudaMallocHost, cudaMallocHost, (void **p, size_t n), (p, n))
+FA_PASS(FA_PT_cudaHostAlloc, cudaHostAlloc, (void **p, size_t n, unsigned flags), (p, n, flags))
+FA_PASS(FA_PT_cudaFreeHost, cudaFreeHost, (void *p), (p))
+FA_PASS(FA_PT_cudaMallocManaged, cudaMallocManaged, (void **p, size_t n, unsigned flags), (p, n, flags))
+FA_PASS(FA_PT_cudaMallocPitch, cudaMallocPitch, (void **p, size_t *pitch, size_t w, size_t h), (p, pitch, w, h))
+
+/* Watched, so the pool never synchronises during a capture. */
+#define FA_CAPTURE(event, name, params, args)                                         \
+    FA_EXPORT fa_cuda_error name params                                               \
+    {                                                                                 \
+        const fa_cudart *rt = fa_device_runtime(#name);                              \
+        fa_cuda_error r = rt->name ? rt->name args : FA_CUDA_ERROR_INITIALIZATION;    \
+        fa_device_capture_##event(r);                                                 \
+        return r;                                                                     \
+    }
+FA_CAPTURE(begun, cudaStreamBeginCapture, (fa_cuda_stream s, fa_cuda_capture_mode m), (s, m))
+FA_CAPTURE(begun, cudaStreamBeginCapture_ptsz, (fa_cuda_stream s, fa_cuda_capture_mode m), (s, m))
+FA_CAPTURE(begun, cudaStreamBeginCaptureToGraph,
+           (fa_cuda_stream s, fa_cuda_graph g, const fa_cuda_graph_node *deps, const fa_cuda_edge_data *ed, size_t n,
+            fa_cuda_capture_mode m),
+           (s, g, deps, ed, n, m))
+FA_CAPTURE(begun, cudaStreamBeginCaptureToGraph_ptsz,
+           (fa_cuda_stream s, fa_cuda_graph g, const fa_cuda_graph_node *deps, const fa_cuda_edge_data *ed, size_t n,
+            fa_cuda_capture_mode m),
+           (s, g, deps, ed, n, m))
+FA_CAPTURE(ended, cudaStreamEndCapture, (fa_cuda_stream s, fa_cuda_graph *g), (s, g))
+FA_CAPTURE(ended, cudaStreamEndCapture_ptsz, (fa_cuda_stream s, fa_cuda_graph *g), (s, g))

@@ -1,0 +1,206 @@
+/* test_buddy.c - the buddy core: split, merge, alignment, exhaustion,
+ * tail trimming, and a random churn over real memory that proves no two
+ * live blocks overlap. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../src/device/buddy.h"
+
+#define UNIT_SHIFT 9
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+
+static void test_split_and_merge(void **state)
+{
+    (void)state;
+    fa_buddy b;
+    assert_true(fa_buddy_init(&b, 0x100000000ull, UNIT_SHIFT, 10)); /* 1024 units = 512 KiB */
+    assert_true(fa_buddy_idle(&b));
+    assert_int_equal(fa_buddy_largest(&b), 512 * KiB);
+    uintptr_t a, c;
+    assert_true(fa_buddy_alloc(&b, 1, &a));
+    assert_int_equal(a, 0x100000000ull);              /* lowest block first */
+    assert_int_equal(fa_buddy_largest(&b), 256 * KiB); /* the top block was split */
+    assert_true(fa_buddy_alloc(&b, 512, &c));
+    assert_int_equal(c, a + 512);                      /* its buddy */
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, a));
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, c));
+    assert_true(fa_buddy_idle(&b)); /* merged all the way up */
+    assert_int_equal(fa_buddy_largest(&b), 512 * KiB);
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_destroy(&b);
+}
+
+static void test_find_and_bad_pointers(void **state)
+{
+    (void)state;
+    fa_buddy b;
+    assert_true(fa_buddy_init(&b, 0x10000, UNIT_SHIFT, 8));
+    uintptr_t a;
+    assert_true(fa_buddy_alloc(&b, 5000, &a));
+    uint32_t u = fa_buddy_find(&b, a);
+    assert_int_not_equal(u, FA_BUDDY_NIL);
+    assert_int_equal(fa_buddy_alloc_bytes(&b, u), 10 * 512); /* 5000 B -> 10 units */
+    assert_int_equal(fa_buddy_requested(&b, u), 5000);
+    assert_int_equal(fa_buddy_find(&b, a + 512), FA_BUDDY_NIL); /* interior */
+    assert_int_equal(fa_buddy_find(&b, a + 1), FA_BUDDY_NIL);   /* misaligned */
+    assert_int_equal(fa_buddy_find(&b, 0x100), FA_BUDDY_NIL);   /* outside */
+    fa_buddy_hold(&b, u);
+    assert_int_equal(fa_buddy_find(&b, a), FA_BUDDY_NIL); /* held: a second free is refused */
+    fa_buddy_free_unit(&b, u);
+    assert_true(fa_buddy_idle(&b));
+    assert_int_equal(fa_buddy_find(&b, a), FA_BUDDY_NIL);
+    assert_false(fa_buddy_alloc(&b, 0, &a));
+    assert_false(fa_buddy_alloc(&b, 129 * 1024, &a)); /* more than the arena */
+    fa_buddy_destroy(&b);
+}
+
+static void test_alignment(void **state)
+{
+    (void)state;
+    fa_buddy b;
+    assert_true(fa_buddy_init(&b, 0x7f0000000000ull, UNIT_SHIFT, 16)); /* 32 MiB */
+    size_t sizes[] = {1, 513, 4096, 5000, 65536, 100000, MiB, 3 * MiB};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uintptr_t a;
+        assert_true(fa_buddy_alloc(&b, sizes[i], &a));
+        size_t align = 512;
+        while (align * 2 <= sizes[i])
+            align *= 2;
+        if ((a - b.base) % align != 0)
+            fail_msg("%zu bytes at offset %#lx: not aligned to %zu", sizes[i], (unsigned long)(a - b.base), align);
+    }
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_destroy(&b);
+}
+
+static void test_exhaustion(void **state)
+{
+    (void)state;
+    fa_buddy b;
+    assert_true(fa_buddy_init(&b, 0x1000000, UNIT_SHIFT, 12));
+    uintptr_t a;
+    int n = 0;
+    /* 3 units each take a 4-unit block and give the fourth back. */
+    while (fa_buddy_alloc(&b, 3 * 512, &a))
+        n++;
+    assert_int_equal(n, 4096 / 4);
+    assert_int_equal(b.free_units, 1024);
+    assert_int_equal(fa_buddy_largest(&b), 512); /* single units, none adjacent */
+    assert_int_equal(fa_buddy_check(&b), 0);
+    for (int i = 0; i < 1024; i++)
+        assert_true(fa_buddy_alloc(&b, 512, &a));
+    assert_false(fa_buddy_alloc(&b, 512, &a));
+    assert_int_equal(fa_buddy_largest(&b), 0);
+    fa_buddy_destroy(&b);
+}
+
+static void test_tail_trimming(void **state)
+{
+    (void)state;
+    /* 20 MiB in a 64 MiB arena takes 20 MiB, not 32: the 4 + 8 MiB tail
+     * is free again, and so is the other 32 MiB half. */
+    fa_buddy b;
+    assert_true(fa_buddy_init(&b, 0x200000000ull, UNIT_SHIFT, 17)); /* 64 MiB */
+    uintptr_t a, c, t[4];
+    assert_true(fa_buddy_alloc(&b, 20 * MiB, &a));
+    assert_int_equal((uint64_t)b.free_units << UNIT_SHIFT, 44 * MiB);
+    assert_true(fa_buddy_alloc(&b, 20 * MiB, &c));
+    assert_int_equal(c, a + 32 * MiB);
+    /* What is left is the two tails, usable as they are: 8, 8, 4, 4 MiB. */
+    assert_int_equal(fa_buddy_largest(&b), 8 * MiB);
+    size_t tails[4] = {8 * MiB, 8 * MiB, 4 * MiB, 4 * MiB};
+    for (int i = 0; i < 4; i++)
+        assert_true(fa_buddy_alloc(&b, tails[i], &t[i]));
+    assert_int_equal(b.free_units, 0);
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, c));
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, a));
+    for (int i = 0; i < 4; i++)
+        fa_buddy_free_unit(&b, fa_buddy_find(&b, t[i]));
+    assert_true(fa_buddy_idle(&b));
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_destroy(&b);
+}
+
+/* A churn over real memory: every live block is filled with its own tag
+ * and checked before it is freed, so an overlap shows as a wrong tag. */
+static void test_churn_no_overlap(void **state)
+{
+    (void)state;
+    enum { ORDER = 14, SLOTS = 512, STEPS = 60000 };
+    size_t arena = (size_t)1 << (ORDER + UNIT_SHIFT); /* 8 MiB */
+    unsigned char *mem = aligned_alloc(4096, arena);
+    assert_non_null(mem);
+    fa_buddy b;
+    assert_true(fa_buddy_init(&b, (uintptr_t)mem, UNIT_SHIFT, ORDER));
+    struct {
+        unsigned char *p;
+        size_t n;
+    } live[SLOTS] = {{0}};
+    unsigned seed = 7;
+    size_t requested = 0, taken = 0;
+    for (int step = 0; step < STEPS; step++) {
+        seed = seed * 1103515245u + 12345u;
+        int i = (int)((seed >> 8) % SLOTS);
+        if (live[i].p) {
+            for (size_t k = 0; k < live[i].n; k += 97)
+                if (live[i].p[k] != (unsigned char)i)
+                    fail_msg("block %d overwritten at +%zu", i, k);
+            uint32_t u = fa_buddy_find(&b, (uintptr_t)live[i].p);
+            assert_int_not_equal(u, FA_BUDDY_NIL);
+            requested -= live[i].n;
+            taken -= fa_buddy_alloc_bytes(&b, u);
+            fa_buddy_free_unit(&b, u);
+            live[i].p = NULL;
+        } else {
+            seed = seed * 1103515245u + 12345u;
+            size_t n = (seed >> 4) % (seed & 1 ? 2000 : 100000) + 1;
+            uintptr_t a;
+            if (!fa_buddy_alloc(&b, n, &a))
+                continue; /* full for this size: fine */
+            live[i].p = (unsigned char *)a;
+            live[i].n = n;
+            memset(live[i].p, i, n);
+            requested += n;
+            taken += fa_buddy_alloc_bytes(&b, fa_buddy_find(&b, a));
+        }
+        if (step % 5000 == 0)
+            assert_int_equal(fa_buddy_check(&b), 0);
+    }
+    assert_true(taken - requested < 512 * (size_t)SLOTS); /* under one unit of waste each */
+    for (int i = 0; i < SLOTS; i++)
+        if (live[i].p)
+            fa_buddy_free_unit(&b, fa_buddy_find(&b, (uintptr_t)live[i].p));
+    assert_true(fa_buddy_idle(&b));
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_destroy(&b);
+    free(mem);
+}
+
+static void test_bad_shapes(void **state)
+{
+    (void)state;
+    fa_buddy b;
+    assert_false(fa_buddy_init(&b, 0, 3, 10));  /* unit below 16 B */
+    assert_false(fa_buddy_init(&b, 0, 17, 10)); /* unit above 64 KiB */
+    assert_false(fa_buddy_init(&b, 0, 9, 32));  /* more units than the indices hold */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_and_merge), cmocka_unit_test(test_find_and_bad_pointers),
+        cmocka_unit_test(test_alignment),       cmocka_unit_test(test_exhaustion),
+        cmocka_unit_test(test_tail_trimming),   cmocka_unit_test(test_churn_no_overlap),
+        cmocka_unit_test(test_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
