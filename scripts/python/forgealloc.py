@@ -1,0 +1,198 @@
+"""forgealloc - talk to libforgealloc.so from Python, without a compiled extension.
+
+Inside a process started under the shim (``forgealloc run -- python ...`` or
+``LD_PRELOAD=libforgealloc.so python ...``)::
+
+    import forgealloc
+    forgealloc.available()        # True when the shim is loaded
+    forgealloc.stats()            # the live statistics, as a dict (schema forgealloc.stats/1)
+    forgealloc.release()          # give free memory back to the OS; returns bytes
+    forgealloc.stat("host.calls.malloc")
+
+The functions are found through ctypes.CDLL(None), i.e. in the process's
+global symbol scope, where the preloaded library put them.  Without the shim,
+available() is False and the others raise ForgeallocUnavailable.
+
+Run as a script it is the Python side of the ``forgealloc`` command:
+``forgealloc.py env [--markdown]`` and ``forgealloc.py report FILE [OTHER]``.
+"""
+import ctypes
+import json
+import sys
+
+__all__ = ["available", "version", "stats", "stat", "release", "options", "ForgeallocUnavailable"]
+
+
+class ForgeallocUnavailable(RuntimeError):
+    """libforgealloc.so is not loaded in this process."""
+
+
+def _lib():
+    try:
+        lib = ctypes.CDLL(None)
+        lib.forgealloc_version  # raises AttributeError when absent
+    except (OSError, AttributeError):
+        return None
+    lib.forgealloc_version.restype = ctypes.c_char_p
+    lib.forgealloc_stats_json.restype = ctypes.c_size_t
+    lib.forgealloc_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.forgealloc_options_json.restype = ctypes.c_size_t
+    lib.forgealloc_options_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.forgealloc_release.restype = ctypes.c_size_t
+    lib.forgealloc_stat.restype = ctypes.c_int
+    lib.forgealloc_stat.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
+    return lib
+
+
+def _need():
+    lib = _lib()
+    if lib is None:
+        raise ForgeallocUnavailable("libforgealloc.so is not loaded: start the program with "
+                                    "`forgealloc run -- ...` or LD_PRELOAD=/path/to/libforgealloc.so")
+    return lib
+
+
+def _json_call(fn):
+    size = 1 << 16
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        need = fn(buf, size)
+        if need < size:
+            return json.loads(buf.value.decode("utf-8", "replace"))
+        size = need + 1
+
+
+def available():
+    """True when libforgealloc.so is loaded in this process."""
+    return _lib() is not None
+
+
+def version():
+    return _need().forgealloc_version().decode()
+
+
+def stats():
+    """The live statistics as a dict (the same document as FORGEALLOC_STATS=json)."""
+    return _json_call(_need().forgealloc_stats_json)
+
+
+def stat(key):
+    """One number by its JSON key, e.g. "host.calls.malloc" or "device.0.pool_bytes"."""
+    value = ctypes.c_uint64()
+    if _need().forgealloc_stat(key.encode(), ctypes.byref(value)) != 0:
+        raise KeyError(key)
+    return value.value
+
+
+def release():
+    """Return free memory held by the allocator to the OS; returns the bytes returned."""
+    return int(_need().forgealloc_release())
+
+
+def options():
+    """Every FORGEALLOC_* setting: name, type, default, effective value, source, doc."""
+    return _json_call(_need().forgealloc_options_json)
+
+
+# ---- command line: env and report ------------------------------------------------------
+
+def _env(markdown):
+    rows = options()
+    if markdown:
+        print("| variable | default | meaning |")
+        print("|---|---|---|")
+        for o in rows:
+            print(f"| `{o['name']}` | `{o['default'] or '(unset)'}` | {o['doc'].replace('|', '/')} |")
+        return 0
+    width = max(len(o["name"]) for o in rows)
+    for o in rows:
+        if o["scope"] == "library":
+            state = f"{o['effective']}  ({o['source']})"
+        else:
+            state = "read by the launchers"
+        print(f"{o['name']:<{width}}  default {o['default'] or '(unset)'!s:<10} now {state}")
+        print(f"{'':<{width}}  {o['doc']}")
+    return 0
+
+
+def _human(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _rows(doc):
+    """(section, name, value, is_bytes) for every number a report shows."""
+    host = doc.get("host", {})
+    out = [("process", "pid", doc.get("pid"), False), ("process", "uptime s", doc.get("uptime_ms", 0) / 1000, False)]
+    for k, v in host.get("calls", {}).items():
+        out.append(("host calls", k, v, False))
+    for k in ("bytes_requested", "large_allocs", "rss_bytes", "peak_rss_bytes", "releases", "released_bytes"):
+        if k in host:
+            out.append(("host", k, host[k], k.endswith("bytes")))
+    for k, v in (host.get("tcmalloc") or {}).items():
+        if k != "valid" and v is not None:
+            out.append(("tcmalloc", k, v, k.endswith("bytes")))
+    for d in doc.get("device", {}).get("devices", []):
+        for k, v in d.items():
+            if k != "device":
+                out.append((f"device {d['device']}", k, v, k.endswith("bytes")))
+    return out
+
+
+def _report(paths):
+    docs = []
+    for p in paths:
+        try:
+            with open(p) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"forgealloc: cannot read {p}: {e}", file=sys.stderr)
+            return 2
+        if doc.get("schema") != "forgealloc.stats/1":
+            print(f"forgealloc: {p} is not a forgealloc stats dump (FORGEALLOC_STATS=json)", file=sys.stderr)
+            return 2
+        docs.append(doc)
+    for p, d in zip(paths, docs):
+        print(f"{p}: {d.get('exe')} pid {d.get('pid')} ({d.get('reason')}), forgealloc {d.get('version')}")
+    tables = [{(s, n): (v, b) for s, n, v, b in _rows(d)} for d in docs]
+    keys = [(s, n) for s, n, _, _ in _rows(docs[0])]
+    for extra in tables[1:]:
+        keys += [k for k in extra if k not in keys]
+    section = None
+    for key in keys:
+        if key[0] != section:
+            section = key[0]
+            print(f"\n{section}")
+        cells = []
+        for t in tables:
+            v, is_bytes = t.get(key, (None, False))
+            cells.append("-" if v is None else _human(v) if is_bytes else f"{v:,.3f}".rstrip("0").rstrip(".")
+                         if isinstance(v, float) else f"{v:,}")
+        line = f"  {key[1]:<26}" + "".join(f"{c:>16}" for c in cells)
+        if len(tables) == 2 and key[0] != "process":
+            a, b = (t.get(key, (None, False))[0] for t in tables)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a != b:
+                diff = b - a
+                line += f"{'+' if diff > 0 else ''}{_human(diff) if tables[0][key][1] else f'{diff:,}'}".rjust(16)
+                if a:
+                    line += f"  ({b / a:.2f}x)"
+        print(line)
+    return 0
+
+
+def main(argv):
+    if len(argv) >= 1 and argv[0] == "env" and len(argv) <= 2:
+        if not available():
+            print("forgealloc: run this under the library (forgealloc env does that)", file=sys.stderr)
+            return 2
+        return _env(len(argv) == 2 and argv[1] == "--markdown")
+    if len(argv) in (2, 3) and argv[0] == "report":
+        return _report(argv[1:])
+    print("usage: forgealloc.py env [--markdown] | report FILE.json [OTHER.json]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

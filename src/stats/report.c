@@ -93,9 +93,11 @@ void fa_report_configured(const char *reason, bool in_signal)
     fa_buf_init(&b, buf, OUT_CAP);
     fa_render(&b, s, fmt);
     const char *tmpl = fa_opt(FA_OPT_STATS_FILE)->s;
-    /* Privileged (setuid/setgid) processes take no file paths from the
-     * environment: the dump goes to stderr. */
-    if (!tmpl || strcmp(tmpl, "-") == 0 || secure_mode()) {
+    /* The launcher's own command reports on stderr at exit, its children
+     * to files (FORGEALLOC_STATS_MAIN_PID).  Privileged (setuid/setgid) processes
+     * take no file paths from the environment: stderr too. */
+    bool main_exit = (uint64_t)s->pid == fa_opt_u64(FA_OPT_STATS_MAIN_PID) && strcmp(reason, "interval") != 0;
+    if (!tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode()) {
         fa_write_all(2, b.p, b.len);
     } else {
         char path[4200];

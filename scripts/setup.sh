@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# setup.sh - install what building (and optionally testing, benchmarking)
+# forgealloc needs, from Debian/Ubuntu packages.  Installs only what is
+# missing; uses sudo when not root.
+#
+#   scripts/setup.sh            build: compiler, cmake, gperftools
+#   scripts/setup.sh --test     + cmocka, python3, PyTorch (CPU), shellcheck, clang
+#   scripts/setup.sh --bench    + jemalloc, mimalloc, PyTorch, gnuplot
+#   scripts/setup.sh --demo     + python3, PyTorch (CPU)
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config libgoogle-perftools-dev)
+for arg in "$@"; do
+    case "$arg" in
+    --test) pkgs+=(libcmocka-dev python3 python3-torch shellcheck binutils clang libclang-rt-14-dev procps) ;;
+    --bench) pkgs+=(libjemalloc-dev libmimalloc-dev python3 python3-torch gnuplot-nox) ;;
+    --demo) pkgs+=(python3 python3-torch) ;;
+    -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+command -v apt-get >/dev/null || { echo "setup.sh: needs apt-get (Debian/Ubuntu); install by hand: ${missing[*]}" >&2; exit 1; }
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup.sh: run as root or install sudo; missing: ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo)
+fi
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
