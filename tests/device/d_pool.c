@@ -1,0 +1,417 @@
+/* d_pool.c - the device pool under LD_PRELOAD=libforgealloc.so, against the
+ * stand-in libcudart (fakecudart.c): device memory is host memory here, so
+ * contents can be checked directly.  One mode per behaviour; exit 0 when
+ * every check holds.  run.py sets the environment of each mode. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fakecuda.h"
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+
+static int failures;
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "d_pool: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);                \
+        }                                                                      \
+    } while (0)
+
+static uint64_t stat_of(const char *key)
+{
+    static int (*fn)(const char *, uint64_t *);
+    if (!fn)
+        fn = (int (*)(const char *, uint64_t *))dlsym(RTLD_DEFAULT, "forgealloc_stat");
+    uint64_t v = 0;
+    if (!fn || fn(key, &v) != 0) {
+        fprintf(stderr, "d_pool: no stat %s (is the shim preloaded?)\n", key);
+        exit(1);
+    }
+    return v;
+}
+
+/* PyTorch's protocol: before each cudaMalloc the last error must be clear. */
+static void *dmalloc(size_t n)
+{
+    CHECK(cudaGetLastError() == cudaSuccess);
+    void *p = NULL;
+    cudaError_t r = cudaMalloc(&p, n);
+    if (r != cudaSuccess) {
+        fprintf(stderr, "d_pool: cudaMalloc(%zu) = %d\n", n, (int)r);
+        failures++;
+        return NULL;
+    }
+    CHECK(((uintptr_t)p & 511) == 0); /* at least cudaMalloc's alignment */
+    return p;
+}
+
+/* Mark a block: a tag byte at the start of every 4 KiB and at the end. */
+static void tag(unsigned char *p, size_t n, unsigned char t)
+{
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = t;
+    p[n - 1] = t;
+}
+static bool tagged(const unsigned char *p, size_t n, unsigned char t)
+{
+    for (size_t i = 0; i < n; i += 4096)
+        if (p[i] != t)
+            return false;
+    return p[n - 1] == t;
+}
+
+/* ---- churn: many sizes, many threads, contents intact ------------------------- */
+
+static size_t pick_size(unsigned *seed)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    unsigned r = (*seed >> 8) % 100;
+    *seed = *seed * 1103515245u + 12345u;
+    if (r < 60)
+        return 512 + (*seed >> 4) % (64 * KiB); /* small tensors of programs without a cache */
+    if (r < 85)
+        return 2 * MiB; /* PyTorch: small segments */
+    if (r < 95)
+        return 20 * MiB; /* PyTorch: medium segments */
+    return (size_t)(6 + (*seed >> 4) % 20) * 2 * MiB; /* PyTorch: large, 2 MiB multiples */
+}
+
+struct churn_arg {
+    int id, ops;
+    uint64_t calls;
+};
+
+static void *churn_thread(void *p)
+{
+    struct churn_arg *a = p;
+    enum { SLOTS = 24 };
+    struct {
+        unsigned char *p;
+        size_t n;
+        unsigned char t;
+    } live[SLOTS] = {{0}};
+    unsigned seed = 1234u + (unsigned)a->id;
+    for (int op = 0; op < a->ops; op++) {
+        seed = seed * 1103515245u + 12345u;
+        int i = (int)((seed >> 8) % SLOTS);
+        if (live[i].p) {
+            CHECK(tagged(live[i].p, live[i].n, live[i].t)); /* no other block overlapped it */
+            CHECK(cudaFree(live[i].p) == cudaSuccess);
+            live[i].p = NULL;
+        } else {
+            size_t n = pick_size(&seed);
+            live[i].p = dmalloc(n);
+            live[i].n = n;
+            live[i].t = (unsigned char)(a->id * 31 + op);
+            if (live[i].p)
+                tag(live[i].p, n, live[i].t);
+        }
+        a->calls++;
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (live[i].p) {
+            CHECK(tagged(live[i].p, live[i].n, live[i].t));
+            CHECK(cudaFree(live[i].p) == cudaSuccess);
+            a->calls++;
+        }
+    return NULL;
+}
+
+static int churn(int threads, int ops)
+{
+    pthread_t t[16];
+    struct churn_arg args[16];
+    fakecuda_reset_counters();
+    for (int i = 0; i < threads; i++) {
+        args[i] = (struct churn_arg){i, ops, 0};
+        pthread_create(&t[i], NULL, churn_thread, &args[i]);
+    }
+    uint64_t calls = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        calls += args[i].calls;
+    }
+    uint64_t mallocs = fakecuda_calls("cudaMalloc"), frees = fakecuda_calls("cudaFree"),
+             syncs = fakecuda_calls("cudaDeviceSynchronize");
+    /* Exact accounting: the shim's driver counters are the calls the
+     * runtime received. */
+    CHECK(stat_of("device.0.driver_malloc_calls") == mallocs);
+    CHECK(stat_of("device.0.driver_free_calls") == frees);
+    CHECK(stat_of("device.0.device_syncs") == syncs);
+    CHECK(stat_of("device.0.allocs") == stat_of("device.0.pool_allocs") + stat_of("device.0.fallback_allocs"));
+    CHECK(stat_of("device.0.allocs") == stat_of("device.0.frees"));
+    CHECK(stat_of("device.0.in_use_bytes") == 0);
+    printf("client_calls %llu driver_malloc %llu driver_free %llu syncs %llu per_1000 %.2f peak_waste %llu "
+           "requested_peak %llu\n",
+           (unsigned long long)calls, (unsigned long long)mallocs, (unsigned long long)frees, (unsigned long long)syncs,
+           1000.0 * (double)(mallocs + frees) / (double)calls, (unsigned long long)stat_of("device.0.peak_waste_bytes"),
+           (unsigned long long)stat_of("device.0.peak_in_use_bytes"));
+    return failures;
+}
+
+/* ---- the reuse hazard ------------------------------------------------------------ */
+
+static int hazard(void)
+{
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s) == cudaSuccess);
+    /* 1. A write queued before cudaFree must not land in the next owner. */
+    unsigned char *a = dmalloc(4 * MiB);
+    CHECK(fakecuda_enqueue_fill(s, a, 0xAA, 4 * MiB) == cudaSuccess);
+    CHECK(cudaFree(a) == cudaSuccess);
+    CHECK(fakecuda_pending(0) == 1); /* the pooled free did not synchronise */
+    unsigned char *b = dmalloc(4 * MiB);
+    memset(b, 0x55, 4 * MiB); /* the new owner writes its data */
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess); /* the queued write lands now */
+    size_t bad = 0;
+    for (size_t i = 0; i < 4 * MiB; i++)
+        bad += b[i] != 0x55;
+    CHECK(bad == 0);
+    CHECK(b != a); /* quarantined: not handed out before a sync */
+    CHECK(cudaFree(b) == cudaSuccess);
+
+    /* 2. When only the quarantined block can serve, the shim syncs once
+     * first: the queued write lands before the block changes hands. */
+    uint64_t syncs = stat_of("device.0.device_syncs");
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* the application's sync frees the quarantine too */
+    CHECK(stat_of("device.0.quarantine_bytes") == 0);
+    unsigned char *c = dmalloc(64 * MiB); /* the whole pool */
+    CHECK(fakecuda_enqueue_fill(s, c, 0xAA, 64 * MiB) == cudaSuccess);
+    CHECK(cudaFree(c) == cudaSuccess);
+    unsigned char *d = dmalloc(64 * MiB);
+    CHECK(d == c);                                   /* reused, after a sync */
+    CHECK(fakecuda_pending(0) == 0);                 /* the write landed before d was handed out */
+    CHECK(stat_of("device.0.device_syncs") == syncs + 1);
+    memset(d, 0x55, 64 * MiB);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    bad = 0;
+    for (size_t i = 0; i < 64 * MiB; i += 512)
+        bad += d[i] != 0x55;
+    CHECK(bad == 0);
+    CHECK(cudaFree(d) == cudaSuccess);
+    CHECK(stat_of("device.0.fallback_allocs") == 0);
+    cudaStreamDestroy(s);
+    return failures;
+}
+
+/* ---- out of memory ------------------------------------------------------------------ */
+
+static int oom(void)
+{
+    /* Run with FAKECUDA_MEM=1G and a 512 MiB pool of 64 MiB chunks. */
+    void *small = dmalloc(MiB); /* reserves the pool: 512 MiB of 1 GiB; lands in the first chunk */
+    CHECK(stat_of("device.0.pool_bytes") == 512 * MiB);
+    void *q = dmalloc(60 * MiB); /* needs a whole chunk: the second */
+    CHECK(cudaFree(q) == cudaSuccess); /* quarantined: it pins that chunk until a sync */
+    /* A request the driver can serve only once every idle chunk is back,
+     * the quarantined one included: the driver alone would have served it,
+     * so must we. */
+    void *big = dmalloc(950 * MiB);
+    CHECK(big != NULL);
+    CHECK(cudaGetLastError() == cudaSuccess); /* no error left from the retries */
+    CHECK(stat_of("device.0.chunks_returned") == 7);
+    CHECK(stat_of("device.0.device_syncs") == 1);
+    CHECK(stat_of("device.0.pool_bytes") == 64 * MiB);
+    /* Beyond the device: exactly the driver's error, and the driver's last error. */
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 100 * MiB) == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(stat_of("device.0.failed_allocs") == 1);
+    /* What is left in the pool still serves small requests. */
+    void *s2 = dmalloc(8 * MiB);
+    CHECK(s2 != NULL && stat_of("device.0.pool_allocs") == 3);
+    CHECK(cudaFree(big) == cudaSuccess);
+    CHECK(cudaFree(small) == cudaSuccess);
+    CHECK(cudaFree(s2) == cudaSuccess);
+    /* The pool grows back when the driver has room again. */
+    void *again1 = dmalloc(60 * MiB); /* the chunk left, after a sync */
+    void *again2 = dmalloc(60 * MiB); /* a chunk reserved anew */
+    CHECK(stat_of("device.0.pool_bytes") == 128 * MiB && stat_of("device.0.pool_allocs") == 5);
+    CHECK(cudaFree(again1) == cudaSuccess && cudaFree(again2) == cudaSuccess);
+    return failures;
+}
+
+/* ---- honest free memory --------------------------------------------------------------- */
+
+static int meminfo(void)
+{
+    size_t f0, t0, f, t;
+    CHECK(cudaMemGetInfo(&f0, &t0) == cudaSuccess);
+    void *p = dmalloc(2 * MiB); /* reserves the pool */
+    CHECK(stat_of("device.0.pool_bytes") > 0);
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    CHECK(t == t0);
+    CHECK(f == f0 - 2 * MiB); /* what the driver alone would report */
+    CHECK(f <= t);
+    CHECK(cudaFree(p) == cudaSuccess);
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    CHECK(f == f0); /* an idle pool is invisible */
+    return failures;
+}
+
+/* ---- two devices, reset, threads ---------------------------------------------------------- */
+
+static int twodev(void)
+{
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    void *a0 = dmalloc(MiB);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    void *a1 = dmalloc(MiB);
+    CHECK(fakecuda_device_of(a0) == -1 || fakecuda_device_of(a0) == 0); /* inside device 0's pool chunk */
+    CHECK(stat_of("device.devices") == 2);
+    CHECK(stat_of("device.0.device") == 0 && stat_of("device.1.device") == 1);
+    CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.1.pool_bytes") > 0);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaFree(a1) == cudaSuccess); /* freed while device 0 is current */
+    CHECK(stat_of("device.1.frees") == 1 && stat_of("device.0.frees") == 0);
+    CHECK(cudaFree(a0) == cudaSuccess);
+    CHECK(stat_of("device.0.frees") == 1);
+    return failures;
+}
+
+static int reset(void)
+{
+    void *a = dmalloc(MiB);
+    CHECK(stat_of("device.0.pool_bytes") > 0);
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    CHECK(stat_of("device.0.pool_bytes") == 0);
+    CHECK(fakecuda_used(0) == 0);
+    CHECK(cudaFree(a) == cudaErrorInvalidValue); /* gone with the reset: the driver's answer */
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    void *b = dmalloc(MiB); /* a new pool */
+    CHECK(b != NULL && stat_of("device.0.pool_bytes") > 0);
+    CHECK(cudaFree(b) == cudaSuccess);
+    return failures;
+}
+
+/* ---- errors and IPC --------------------------------------------------------------------------- */
+
+static int errors(void)
+{
+    CHECK(cudaFree(NULL) == cudaSuccess);
+    int x;
+    CHECK(cudaFree(&x) == cudaErrorInvalidValue); /* unknown: the driver's answer, and its last error */
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    unsigned char *a = dmalloc(3 * MiB);
+    unsigned char *b = dmalloc(MiB);
+    memset(b, 7, MiB);
+    CHECK(cudaFree(a + 512) == cudaErrorInvalidValue); /* interior pointer */
+    CHECK(cudaFree(a) == cudaSuccess);
+    CHECK(cudaFree(a) == cudaErrorInvalidValue); /* double free: refused, the chunk survives */
+    CHECK(fakecuda_used(0) >= stat_of("device.0.pool_bytes"));
+    CHECK(b[0] == 7 && b[MiB - 1] == 7);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    void *z = (void *)1;
+    CHECK(cudaMalloc(&z, 0) == cudaSuccess && z == NULL); /* size 0: the driver's answer */
+    CHECK(cudaMalloc(NULL, 100) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    /* IPC: pooled memory refuses with one line; driver memory works. */
+    cudaIpcMemHandle_t h;
+    CHECK(cudaIpcGetMemHandle(&h, b) == cudaErrorInvalidValue);
+    void *large = dmalloc(100 * MiB); /* larger than a chunk: the driver's */
+    CHECK(cudaIpcGetMemHandle(&h, large) == cudaSuccess);
+    CHECK(cudaFree(large) == cudaSuccess);
+    CHECK(cudaFree(b) == cudaSuccess);
+    return failures;
+}
+
+/* ---- stream capture ------------------------------------------------------------------------------ */
+
+static int capture(void)
+{
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    void *a = dmalloc(32 * MiB);
+    void *b = dmalloc(32 * MiB); /* the 64 MiB pool is full */
+    CHECK(cudaFree(a) == cudaSuccess); /* quarantined */
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    /* PyTorch allocates during capture in relaxed mode.  Serving this from
+     * the pool needs a sync, which would invalidate the capture: the driver
+     * serves it. */
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    void *c = NULL;
+    CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess); /* not invalidated */
+    CHECK(stat_of("device.0.device_syncs") == 0);
+    CHECK(stat_of("device.0.fallback_allocs") == 1);
+    /* After the capture the pool syncs again when it must. */
+    void *d = dmalloc(32 * MiB);
+    CHECK(stat_of("device.0.device_syncs") == 1 && stat_of("device.0.pool_allocs") == 3);
+    CHECK(cudaFree(b) == cudaSuccess && cudaFree(c) == cudaSuccess && cudaFree(d) == cudaSuccess);
+    cudaStreamDestroy(s);
+    return failures;
+}
+
+/* ---- calls that are only counted ------------------------------------------------------------------ */
+
+static int passthrough(void)
+{
+    void *p;
+    size_t pitch;
+    CHECK(cudaMallocHost(&p, 4096) == cudaSuccess && cudaFreeHost(p) == cudaSuccess);
+    CHECK(cudaHostAlloc(&p, 4096, 0) == cudaSuccess && cudaFreeHost(p) == cudaSuccess);
+    CHECK(cudaMallocManaged(&p, 4096, 1) == cudaSuccess && cudaFree(p) == cudaSuccess);
+    CHECK(cudaMallocPitch(&p, &pitch, 1000, 10) == cudaSuccess && pitch >= 1000 && cudaFree(p) == cudaSuccess);
+    CHECK(cudaMallocAsync(&p, 4096, NULL) == cudaSuccess && cudaFreeAsync(p, NULL) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(stat_of("device.passthrough.cudaMallocHost") == 1);
+    CHECK(stat_of("device.passthrough.cudaHostAlloc") == 1);
+    CHECK(stat_of("device.passthrough.cudaFreeHost") == 2);
+    CHECK(stat_of("device.passthrough.cudaMallocManaged") == 1);
+    CHECK(stat_of("device.passthrough.cudaMallocPitch") == 1);
+    CHECK(stat_of("device.passthrough.cudaMallocAsync") == 1);
+    CHECK(stat_of("device.passthrough.cudaFreeAsync") == 1);
+    return failures;
+}
+
+/* ---- blind: PyTorch settings that bypass cudaMalloc ----------------------------------------------- */
+
+static int blind(void)
+{
+    fakecuda_reset_counters();
+    void *a = dmalloc(MiB);
+    CHECK(fakecuda_calls("cudaMalloc") == 1); /* no pool was reserved */
+    CHECK(stat_of("device.0.pool_bytes") == 0 && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(cudaFree(a) == cudaSuccess && fakecuda_calls("cudaFree") == 1);
+    return failures;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "churn") == 0)
+        return churn(argc > 2 ? atoi(argv[2]) : 1, argc > 3 ? atoi(argv[3]) : 20000) ? 1 : 0;
+    if (strcmp(mode, "hazard") == 0)
+        return hazard() ? 1 : 0;
+    if (strcmp(mode, "oom") == 0)
+        return oom() ? 1 : 0;
+    if (strcmp(mode, "meminfo") == 0)
+        return meminfo() ? 1 : 0;
+    if (strcmp(mode, "twodev") == 0)
+        return twodev() ? 1 : 0;
+    if (strcmp(mode, "reset") == 0)
+        return reset() ? 1 : 0;
+    if (strcmp(mode, "errors") == 0)
+        return errors() ? 1 : 0;
+    if (strcmp(mode, "capture") == 0)
+        return capture() ? 1 : 0;
+    if (strcmp(mode, "passthrough") == 0)
+        return passthrough() ? 1 : 0;
+    if (strcmp(mode, "blind") == 0)
+        return blind() ? 1 : 0;
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|errors|capture|passthrough|blind\n");
+    return 2;
+}

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Device tests: d_pool and friends under LD_PRELOAD=libforgealloc.so, against
+the stand-in libcudart in this directory.
+
+    run.py CASE --lib /abs/libforgealloc.so --bindir DIR --cudart-dir DIR
+
+Exit 0 = pass, 1 = fail."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import check_stats_json  # noqa: E402
+
+A = None
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+def run(args, prog="d_pool", **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("FORGEALLOC_", "FAKECUDA_", "PYTORCH_"))}
+    # The stand-in, never a real libcudart the machine may have in its cache.
+    e["LD_LIBRARY_PATH"] = A.cudart_dir
+    e["LD_PRELOAD"] = A.lib
+    e.update({k: str(v) for k, v in env.items()})
+    r = subprocess.run([os.path.join(A.bindir, prog)] + args, env=e, capture_output=True, text=True, timeout=170)
+    return r
+
+
+def ok(r, what):
+    check(r.returncode == 0, f"{what} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return r
+
+
+def metrics(r):
+    return {k: float(v) for k, v in re.findall(r"(\w+) ([0-9.]+)", r.stdout)}
+
+
+def case_churn():
+    """Tens of thousands of mixed sizes: contents intact, few driver calls, exact counts."""
+    r = ok(run(["churn", "1", "30000"], FAKECUDA_MEM="4G"), "churn")
+    m = metrics(r)
+    print(r.stdout.strip())
+    check(m["per_1000"] <= 1.0, f"{m['per_1000']} driver calls per 1000 client calls (pool fits the churn)")
+
+
+def case_churn_threads():
+    r = ok(run(["churn", "4", "8000"], FAKECUDA_MEM="4G"), "churn with 4 threads")
+    print(r.stdout.strip())
+
+
+def case_pool_off():
+    """FORGEALLOC_DEVICE_POOL_SIZE=0: every call goes to the driver, still counted."""
+    r = ok(run(["churn", "1", "3000"], FAKECUDA_MEM="4G", FORGEALLOC_DEVICE_POOL_SIZE="0"), "churn, pool off")
+    m = metrics(r)
+    check(m["driver_malloc"] + m["driver_free"] == m["client_calls"], f"pass-through made other calls: {m}")
+
+
+def case_hazard():
+    ok(run(["hazard"], FORGEALLOC_DEVICE_POOL_SIZE="64M"), "reuse hazard")
+
+
+def case_oom():
+    ok(run(["oom"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="512M"), "out of memory")
+
+
+def case_meminfo():
+    ok(run(["meminfo"], FORGEALLOC_DEVICE_POOL_SIZE="25%"), "cudaMemGetInfo")
+
+
+def case_twodev():
+    ok(run(["twodev"], FAKECUDA_DEVICES="2"), "two devices")
+
+
+def case_reset():
+    ok(run(["reset"]), "cudaDeviceReset")
+
+
+def case_errors():
+    r = ok(run(["errors"]), "error codes")
+    lines = r.stderr.splitlines()
+    check(len(lines) == 1 and "cudaIpcGetMemHandle" in lines[0] and "FORGEALLOC_DEVICE_POOL_SIZE=0" in lines[0],
+          f"one line about IPC, naming the setting: {r.stderr!r}")
+
+
+def case_capture():
+    ok(run(["capture"], FORGEALLOC_DEVICE_POOL_SIZE="64M"), "stream capture")
+
+
+def case_passthrough():
+    ok(run(["passthrough"]), "pass-through counts")
+
+
+def case_blind():
+    with tempfile.TemporaryDirectory() as d:
+        ok(run(["blind"], PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:128,expandable_segments:True",
+               FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s.json"), "blind")
+        doc = json.load(open(f"{d}/s.json"))
+        check(doc["device"]["blind"] and "expandable_segments" in doc["device"]["blind_reason"],
+              f"device.blind: {doc['device']}")
+
+
+def case_rtld_local():
+    ok(run([], prog="d_rtld"), "framework loaded with RTLD_LOCAL")
+
+
+def case_missing_runtime():
+    r = run([], prog="d_missing")
+    check(r.returncode == 0 and r.stdout.strip() == "3 3 3", f"no runtime: {r.returncode} {r.stdout!r}")
+    lines = r.stderr.splitlines()
+    check(len(lines) == 1 and "no CUDA runtime" in lines[0], f"one error line: {r.stderr!r}")
+
+
+def case_stats_json():
+    """The JSON dump holds every device key with exact values."""
+    with tempfile.TemporaryDirectory() as d:
+        ok(run(["churn", "1", "2000"], FAKECUDA_MEM="4G", FORGEALLOC_STATS="json",
+               FORGEALLOC_STATS_FILE=f"{d}/%p.json"), "churn with a JSON dump")
+        docs = [json.load(open(os.path.join(d, f))) for f in os.listdir(d)]
+    check(len(docs) == 1, f"{len(docs)} dumps")
+    doc = docs[0]
+    problems = check_stats_json.problems(doc)
+    check(not problems, f"contract: {problems}")
+    dev = doc["device"]["devices"]
+    check(doc["device"]["cuda_seen"] and len(dev) == 1 and dev[0]["pool_bytes"] == 1 << 30, f"devices: {dev}")
+    check(dev[0]["allocs"] == dev[0]["frees"] > 0 and dev[0]["in_use_bytes"] == 0, f"counts: {dev[0]}")
+
+
+def main():
+    global A
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--bindir", required=True)
+    ap.add_argument("--cudart-dir", required=True)
+    A = ap.parse_args()
+    fn = globals().get("case_" + A.case)
+    if not fn:
+        print("unknown case", A.case)
+        return 2
+    try:
+        fn()
+    except Failure as e:
+        print("FAIL:", e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
