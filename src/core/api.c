@@ -99,7 +99,7 @@ FA_API int forgealloc_stat(const char *key, uint64_t *value)
     fa_snapshot s;
     if (!key || !value)
         return -1;
-    fa_snapshot_take(&s, "request");
+    fa_snapshot_take(&s, "request", false);
     return lookup(&s, key, value);
 }
 

@@ -1,10 +1,12 @@
 /* host.c - the host-memory core (see host.h).
  *
- * Fast path of every allocating call: count into the thread's record, call
- * tcmalloc, and compare the size with one threshold (`slow_size`) that
- * covers large-allocation reports, the release policy and, while it is
- * still 0, first-use initialisation.  Only tc_* functions are called, never
- * malloc, so it does not matter which definition wins symbol lookup.
+ * Fast path of every allocating call: count into the thread's record,
+ * compare the size with one threshold (`slow_size`, covering large-
+ * allocation reports, the release policy and, while it is still 0,
+ * first-use initialisation), then tail-call tcmalloc.  Nothing is kept
+ * across the tcmalloc call, so the shim adds no stack frame to it.  Only
+ * tc_* functions are called, never malloc, so it does not matter which
+ * definition wins symbol lookup.
  *
  * Compiled with -fexceptions: std::bad_alloc thrown by tc_new passes
  * through these frames to the caller of operator new. */
@@ -58,14 +60,6 @@ static size_t slow_size;
 static size_t report_size; /* 0 = reports off */
 static size_t page_size = 4096;
 static struct timespec start_time;
-
-/* Depth of tcmalloc calls on this thread: a signal handler that finds it
- * non-zero must not call into tcmalloc (its locks may be held). */
-static __thread unsigned char in_tc __attribute__((tls_model("initial-exec")));
-#define TC_ENTER() (in_tc++)
-#define TC_LEAVE() (in_tc--)
-
-bool fa_host_tc_safe(void) { return in_tc == 0; }
 
 static void host_init(void)
 {
@@ -150,41 +144,105 @@ static __attribute__((noinline)) void host_large(void *p, size_t n, const char *
         host_init();
     if (p && report_size && n >= report_size)
         report_large(n, fn, caller);
-    if (p && n >= FA_RELEASE_MIN) {
-        TC_ENTER();
-        fa_release_on_alloc(n);
-        TC_LEAVE();
-    }
+    if (p && n >= FA_RELEASE_MIN)
+        fa_release_on_alloc(p, n);
 }
 
-#define AFTER_ALLOC(p, n, fn, caller)                       \
-    do {                                                    \
-        if (__builtin_expect((n) >= slow_size, 0))          \
-            host_large((p), (n), (fn), (caller));           \
-    } while (0)
+/* The rare end of an allocating call (n >= slow_size), out of line. */
+static __attribute__((noinline)) void *large_done(void *p, size_t n, const char *fn, void *caller)
+{
+    host_large(p, n, fn, caller);
+    return p;
+}
 
-/* A freed block may be large only if it starts on a page: large blocks are
- * whole tcmalloc spans.  Small frees skip the size lookup. */
-static inline bool maybe_large(const void *p) { return ((uintptr_t)p & 4095) == 0 && p; }
+#define AFTER_ALLOC(p, n, fn, caller) \
+    (__builtin_expect((n) >= slow_size, 0) ? large_done((p), (n), (fn), (caller)) : (p))
+
+/* A freed block can be large only if it starts on a page; the release
+ * policy's table of large blocks says whether it is (a lookup, no call). */
+static inline bool maybe_large(const void *p) { return ((uintptr_t)p & 4095) == 0 && p && fa_release_tracking(); }
 
 static __attribute__((noinline)) void free_maybe_large(void *p)
 {
-    size_t n = tc_malloc_size(p);
+    size_t n = fa_release_forget(p);
     tc_free(p);
-    if (n >= FA_RELEASE_MIN)
+    if (n)
         fa_release_on_free(n);
+}
+
+static size_t prop(const char *name)
+{
+    size_t v = 0;
+    MallocExtension_GetNumericProperty(name, &v);
+    return v;
+}
+
+/* tcmalloc's numbers for reports made in a signal handler, which must not
+ * call into tcmalloc (the thread it interrupted may hold tcmalloc's
+ * locks).  Refreshed by ordinary reports and every 2^16 malloc or new
+ * calls of a thread; read under a sequence lock. */
+static struct {
+    unsigned seq; /* odd while being written */
+    uint64_t when_ms;
+    uint64_t tc[FA_TC_COUNT];
+} tc_cache;
+static int tc_cache_busy;
+
+static void tc_read(uint64_t out[FA_TC_COUNT])
+{
+    for (int i = 0; i < FA_TC_COUNT; i++)
+        out[i] = prop(fa_tc_props[i]);
+}
+
+static void tc_cache_store(const uint64_t v[FA_TC_COUNT])
+{
+    if (__atomic_exchange_n(&tc_cache_busy, 1, __ATOMIC_ACQUIRE))
+        return;
+    __atomic_store_n(&tc_cache.seq, tc_cache.seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (int i = 0; i < FA_TC_COUNT; i++)
+        __atomic_store_n(&tc_cache.tc[i], v[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&tc_cache.when_ms, now_ms(CLOCK_MONOTONIC_COARSE), __ATOMIC_RELAXED);
+    __atomic_store_n(&tc_cache.seq, tc_cache.seq + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&tc_cache_busy, 0, __ATOMIC_RELEASE);
+}
+
+static __attribute__((noinline)) void tc_cache_refresh(void)
+{
+    uint64_t v[FA_TC_COUNT];
+    tc_read(v);
+    tc_cache_store(v);
+}
+
+/* Signal-safe: never waits.  False if there is no consistent copy. */
+static bool tc_cache_load(uint64_t out[FA_TC_COUNT], uint64_t *when)
+{
+    unsigned a = __atomic_load_n(&tc_cache.seq, __ATOMIC_ACQUIRE);
+    if (a == 0 || (a & 1))
+        return false;
+    for (int i = 0; i < FA_TC_COUNT; i++)
+        out[i] = __atomic_load_n(&tc_cache.tc[i], __ATOMIC_RELAXED);
+    *when = __atomic_load_n(&tc_cache.when_ms, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&tc_cache.seq, __ATOMIC_RELAXED) == a;
 }
 
 /* ---- the malloc family ---------------------------------------------------- */
 
+/* Every 2^16 calls of a thread: refresh the copy of tcmalloc's numbers
+ * that signal-time reports use (a few microseconds). */
+#define TC_CACHE_EVERY(count)                                  \
+    do {                                                       \
+        if (__builtin_expect(((count) & 0xffff) == 0, 0))      \
+            tc_cache_refresh();                                \
+    } while (0)
+
 void *fa_host_malloc(size_t n, void *caller)
 {
-    fa_stats_alloc(FA_CALL_malloc, n);
-    TC_ENTER();
-    void *p = tc_malloc(n);
-    TC_LEAVE();
-    AFTER_ALLOC(p, n, "malloc", caller);
-    return p;
+    TC_CACHE_EVERY(fa_stats_alloc(FA_CALL_malloc, n));
+    if (__builtin_expect(n >= slow_size, 0))
+        return large_done(tc_malloc(n), n, "malloc", caller);
+    return tc_malloc(n);
 }
 
 void *fa_host_calloc(size_t n, size_t size, void *caller)
@@ -196,28 +254,21 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
         return NULL;
     }
     fa_stats_alloc(FA_CALL_calloc, total);
-    TC_ENTER();
-    void *p = tc_calloc(n, size);
-    TC_LEAVE();
-    AFTER_ALLOC(p, total, "calloc", caller);
-    return p;
+    if (__builtin_expect(total >= slow_size, 0))
+        return large_done(tc_calloc(n, size), total, "calloc", caller);
+    return tc_calloc(n, size);
 }
 
 static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
 {
-    size_t old = maybe_large(p) ? tc_malloc_size(p) : 0;
-    TC_ENTER();
-    void *q = tc_realloc(p, n); /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's */
-    TC_LEAVE();
-    if (q || n == 0) {
-        if (old >= FA_RELEASE_MIN) {
-            TC_ENTER();
+    /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's. */
+    void *q = tc_realloc(p, n);
+    if ((q || n == 0) && maybe_large(p)) { /* p was resized, moved or freed */
+        size_t old = fa_release_forget(p);
+        if (old)
             fa_release_on_free(old);
-            TC_LEAVE();
-        }
     }
-    AFTER_ALLOC(q, n, fn, caller);
-    return q;
+    return AFTER_ALLOC(q, n, fn, caller);
 }
 
 void *fa_host_realloc(void *p, size_t n, void *caller)
@@ -241,24 +292,19 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
 void fa_host_free(void *p)
 {
     fa_stats_free(FA_CALL_free);
-    TC_ENTER();
     if (__builtin_expect(maybe_large(p), 0))
         free_maybe_large(p);
     else
         tc_free(p);
-    TC_LEAVE();
 }
 
 static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, void *caller)
 {
     fa_stats_alloc(c, n);
-    TC_ENTER();
     void *p = tc_memalign(align, n);
-    TC_LEAVE();
     if (!p)
         errno = ENOMEM;
-    AFTER_ALLOC(p, n, fn, caller);
-    return p;
+    return AFTER_ALLOC(p, n, fn, caller);
 }
 
 static bool power_of_two(size_t a) { return a && (a & (a - 1)) == 0; }
@@ -294,14 +340,11 @@ int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
     if (!power_of_two(align) || align % sizeof(void *) != 0)
         return EINVAL;
     int saved = errno;
-    TC_ENTER();
     void *p = tc_memalign(align, n);
-    TC_LEAVE();
     errno = saved; /* posix_memalign reports through its result, not errno */
     if (!p)
         return ENOMEM;
-    *out = p;
-    AFTER_ALLOC(p, n, "posix_memalign", caller);
+    *out = AFTER_ALLOC(p, n, "posix_memalign", caller);
     return 0;
 }
 
@@ -326,89 +369,74 @@ void *fa_host_pvalloc(size_t n, void *caller)
     if (rounded == 0)
         rounded = page_size; /* pvalloc(0) gives one page, as glibc's */
     fa_stats_alloc(FA_CALL_pvalloc, n);
-    TC_ENTER();
     void *p = tc_memalign(page_size, rounded);
-    TC_LEAVE();
     if (!p)
         errno = ENOMEM;
-    AFTER_ALLOC(p, rounded, "pvalloc", caller);
-    return p;
+    return AFTER_ALLOC(p, rounded, "pvalloc", caller);
 }
 
 size_t fa_host_usable_size(void *p) { return p ? tc_malloc_size(p) : 0; }
 
 /* ---- operator new / delete ------------------------------------------------ */
 
-static void tc_leave_cleanup(unsigned char *unused)
+/* The first attempt failed: tcmalloc's tc_new family calls the
+ * new-handler until it gives up, then throws std::bad_alloc (or returns
+ * NULL for the nothrow forms). */
+static __attribute__((noinline)) void *new_failed(size_t n, size_t align, bool nothrow)
 {
-    (void)unused;
-    TC_LEAVE();
+    if (align == 0)
+        return nothrow ? tc_new_nothrow(n, &nothrow_tag) : tc_new(n);
+    return nothrow ? tc_new_aligned_nothrow(n, align, &nothrow_tag) : tc_new_aligned(n, align);
 }
 
 void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller)
 {
-    fa_stats_alloc(FA_CALL_new, n);
-    void *p;
-    {
-        /* The cleanup also runs when tc_new throws std::bad_alloc. */
-        unsigned char guard __attribute__((cleanup(tc_leave_cleanup))) = (unsigned char)TC_ENTER();
-        (void)guard;
-        if (align == 0)
-            p = nothrow ? tc_new_nothrow(n, &nothrow_tag) : tc_new(n);
-        else
-            p = nothrow ? tc_new_aligned_nothrow(n, align, &nothrow_tag) : tc_new_aligned(n, align);
-    }
-    AFTER_ALLOC(p, n, "operator new", caller);
-    return p;
+    TC_CACHE_EVERY(fa_stats_alloc(FA_CALL_new, n));
+    void *p = align ? tc_memalign(align, n) : tc_malloc_skip_new_handler(n);
+    if (__builtin_expect(p == NULL, 0))
+        p = new_failed(n, align, nothrow);
+    return AFTER_ALLOC(p, n, "operator new", caller);
+}
+
+/* size 0: unsized; align 0: default alignment.  A sized delete must get
+ * the real size (tcmalloc takes it as the size-class hint). */
+static inline void tc_delete_any(void *p, size_t size, size_t align)
+{
+    if (align)
+        size ? tc_delete_sized_aligned(p, size, align) : tc_delete_aligned(p, align);
+    else
+        size ? tc_delete_sized(p, size) : tc_delete(p);
+}
+
+static __attribute__((noinline)) void delete_maybe_large(void *p, size_t size, size_t align)
+{
+    size_t n = fa_release_forget(p);
+    tc_delete_any(p, size, align);
+    if (n)
+        fa_release_on_free(n);
 }
 
 void fa_host_delete(void *p, size_t size, size_t align)
 {
     fa_stats_free(FA_CALL_delete);
-    TC_ENTER();
-    if (size == 0 && align == 0) {
-        if (__builtin_expect(maybe_large(p), 0)) {
-            size_t n = tc_malloc_size(p);
-            tc_delete(p);
-            if (n >= FA_RELEASE_MIN)
-                fa_release_on_free(n);
-        } else {
-            tc_delete(p);
-        }
-    } else {
-        size_t n = size ? size : (maybe_large(p) ? tc_malloc_size(p) : 0);
-        if (align == 0)
-            tc_delete_sized(p, size);
-        else if (size)
-            tc_delete_sized_aligned(p, size, align);
-        else
-            tc_delete_aligned(p, align);
-        if (p && n >= FA_RELEASE_MIN)
-            fa_release_on_free(n);
-    }
-    TC_LEAVE();
+    if (__builtin_expect(maybe_large(p), 0))
+        delete_maybe_large(p, size, align);
+    else
+        tc_delete_any(p, size, align);
 }
 
 /* ---- introspection -------------------------------------------------------- */
 
-static size_t prop(const char *name)
-{
-    size_t v = 0;
-    MallocExtension_GetNumericProperty(name, &v);
-    return v;
-}
 
 void fa_host_mallinfo2(struct mallinfo2 *m)
 {
     memset(m, 0, sizeof *m);
-    TC_ENTER();
     size_t heap = prop("generic.heap_size");
     size_t used = prop("generic.current_allocated_bytes");
     size_t pfree = prop("tcmalloc.pageheap_free_bytes");
     size_t unmapped = prop("tcmalloc.pageheap_unmapped_bytes");
     size_t cached = prop("tcmalloc.central_cache_free_bytes") + prop("tcmalloc.transfer_cache_free_bytes") +
                     prop("tcmalloc.thread_cache_free_bytes");
-    TC_LEAVE();
     m->arena = heap > unmapped ? heap - unmapped : 0; /* mapped, not returned */
     m->uordblks = used;                          /* in use by the program */
     m->fordblks = pfree + cached;                /* free, kept by tcmalloc */
@@ -419,19 +447,10 @@ void fa_host_mallinfo2(struct mallinfo2 *m)
 int fa_host_trim(size_t pad)
 {
     (void)pad; /* tcmalloc keeps no "top of heap" to pad */
-    TC_ENTER();
-    size_t got = fa_release_all();
-    TC_LEAVE();
-    return got > 0;
+    return fa_release_all() > 0;
 }
 
-size_t fa_host_release_all(void)
-{
-    TC_ENTER();
-    size_t got = fa_release_all();
-    TC_LEAVE();
-    return got;
-}
+size_t fa_host_release_all(void) { return fa_release_all(); }
 
 int fa_host_malloc_info(int options, FILE *fp)
 {
@@ -498,12 +517,16 @@ void fa_host_fill(fa_snapshot *s)
         s->peak_rss_bytes = s->rss_bytes;
     fa_release_totals(&s->releases, &s->released_bytes);
     s->release_rate = &fa_tc_release_rate ? fa_tc_release_rate : -1.0;
-    s->tc_valid = fa_host_tc_safe();
-    if (s->tc_valid) {
-        TC_ENTER();
-        for (int i = 0; i < FA_TC_COUNT; i++)
-            s->tc[i] = prop(fa_tc_props[i]);
-        TC_LEAVE();
+    if (s->in_signal) {
+        uint64_t when = 0;
+        s->tc_valid = tc_cache_load(s->tc, &when);
+        uint64_t now = now_ms(CLOCK_MONOTONIC_COARSE);
+        s->tc_age_ms = s->tc_valid && now > when ? now - when : 0;
+    } else {
+        tc_read(s->tc);
+        tc_cache_store(s->tc);
+        s->tc_valid = true;
+        s->tc_age_ms = 0;
     }
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);

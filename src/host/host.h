@@ -47,10 +47,9 @@ int fa_host_malloc_info(int options, FILE *fp);
 /* Return all free memory to the OS; returns the bytes returned. */
 size_t fa_host_release_all(void);
 
-/* Fill the host part of a snapshot.  tcmalloc is asked only when
- * fa_host_tc_safe() (not from a signal that interrupted the allocator). */
+/* Fill the host part of a snapshot.  With s->in_signal set, tcmalloc is
+ * not called: its numbers come from the last copy taken outside signals. */
 void fa_host_fill(struct fa_snapshot *s);
-bool fa_host_tc_safe(void);
 
 /* At library start, after tcmalloc's own initialisers: apply the settings
  * tcmalloc reads only at load (the release rate). */

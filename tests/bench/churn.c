@@ -7,11 +7,10 @@
  *
  * usage: churn THREADS OPS_PER_THREAD */
 #include <pthread.h>
-#include <string.h>
 
 #include "bench.h"
 
-#define SLOTS 16384     /* live blocks per thread (~10 MB at these sizes) */
+#define SLOTS 16384     /* live blocks per thread (~12 MB at these sizes) */
 #define SIZE_LO_LOG2 4  /* 16 B */
 #define SIZE_HI_LOG2 12 /* sizes below 4 KiB */
 #define MAX_THREADS 64

@@ -38,7 +38,7 @@ int main(int argc, char **argv)
             execl(CHILD, CHILD, (char *)NULL);
             _exit(127);
         }
-        int status;
+        int status = 0;
         if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
             fprintf(stderr, "proc_start: %s failed (status %#x)\n", CHILD, status);
             return 1;

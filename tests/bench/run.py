@@ -8,9 +8,10 @@ time, peak RSS and, where a workload reports it, RSS after unload.
 
 Each workload prints one JSON object on its last stdout line with its own
 metrics; wall time, CPU time (user+sys) and peak RSS (ru_maxrss) of the child
-come from os.wait4.  Benchmarks are not tests: a workload that fails under an
-allocator is reported as FAILED; the exit status is non-zero only when the
-suite cannot run at all (forgealloc library missing, workloads do not build).
+come from wait4 in measure.c, which starts every run.  Benchmarks are not
+tests: a workload that fails under an allocator is reported as FAILED; the
+exit status is non-zero only when the suite cannot run at all (forgealloc
+library missing, workloads do not build).
 
 Usually run through scripts/bench.sh; see --help.
 """
@@ -21,14 +22,12 @@ import importlib.util
 import json
 import os
 import platform
-import select
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -36,7 +35,7 @@ REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
 
 CC = os.environ.get("CC", "gcc")
 CFLAGS = ("-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-pthread")
-C_PROGRAMS = ("churn", "prodcons", "large_repeat", "release_burst", "proc_start")
+C_PROGRAMS = ("measure", "churn", "prodcons", "large_repeat", "release_burst", "proc_start")
 C_HEADERS = ("bench.h",)
 
 REPS = {"quick": 3, "full": 5}
@@ -72,7 +71,7 @@ class Allocator:
 CHURN_OPS = (4_000_000, 20_000_000)  # operations per thread
 PRODCONS_BLOCKS = (500_000, 3_000_000)
 LARGE_ITERATIONS = (60, 300)
-MODEL_SIZES_MIB = ("100,160", "150,250,400")
+MODEL_SIZES_MIB = ("100,160", "150,250,300,400")
 MODEL_CYCLES = (2, 3)
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
@@ -91,6 +90,7 @@ class Workload:
 
 
 STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
+ALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "forgealloc+stats")  # the last: stats-overhead only
 OPS = ("ops_per_s", "Mops/s", 1e-6)
 
 WORKLOADS = (
@@ -115,7 +115,7 @@ WORKLOADS = (
         "PyTorch CPU state dicts saved, loaded, used, dropped",
         "model_switch.py",
         ("--models", MODEL_SIZES_MIB, "--cycles", MODEL_CYCLES),
-        metrics=(("rss_after_unload_max", "MB max after unload", 1 / MB),),
+        metrics=(("load_s", "s in torch.load", 1), ("rss_after_unload_max", "MB max after unload", 1 / MB)),
         needs_module="torch",
     ),
     Workload("python", "CPython json/str/dict churn, pymalloc", "python_alloc.py", (PYTHON_ROUNDS,)),
@@ -202,43 +202,33 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if not k.startswith(ALLOCATOR_ENV_PREFIXES)}
 
 
-def run_once(argv, env):
-    """Run argv to completion; return one sample (times, peak RSS, metrics or failure)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        actions = [
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
-            (os.POSIX_SPAWN_DUP2, err.fileno(), 2),
-        ]
-        start = time.monotonic()
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
-        pidfd = os.pidfd_open(pid)
-        try:
-            timed_out = not select.select([pidfd], [], [], RUN_TIMEOUT_S)[0]
-            if timed_out:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        finally:
-            os.close(pidfd)
-        _, status, usage = os.wait4(pid, 0)
-        wall = time.monotonic() - start
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
+def run_once(argv, env, preload, bin_dir, scratch):
+    """Run argv through measure; return one sample (times, peak RSS, metrics or failure)."""
+    result_file = os.path.join(scratch, "measure.json")
+    measure = [os.path.join(bin_dir, "measure"), result_file, str(RUN_TIMEOUT_S), preload]
+    proc = subprocess.run(
+        [*measure, *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace"
+    )
+    if proc.returncode != 0:
+        return {"ok": False, "failure": f"measure failed: {proc.stderr.strip()[-200:]}"}
+    with open(result_file) as f:
+        m = json.load(f)
+    os.unlink(result_file)
 
     sample = {
-        "wall_s": round(wall, 4),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 4),
-        "user_s": round(usage.ru_utime, 4),
-        "sys_s": round(usage.ru_stime, 4),
-        "peak_rss_bytes": usage.ru_maxrss * 1024,
+        "wall_s": round(m["wall_s"], 4),
+        "cpu_s": round(m["user_s"] + m["sys_s"], 4),
+        "user_s": round(m["user_s"], 4),
+        "sys_s": round(m["sys_s"], 4),
+        "peak_rss_bytes": m["maxrss_kb"] * 1024,
     }
-    lines = stdout.strip().splitlines()
+    lines = proc.stdout.strip().splitlines()
     try:
         metrics = json.loads(lines[-1]) if lines else None
     except json.JSONDecodeError:
         metrics = None
-    if timed_out:
+    status = m["status"]
+    if m["timed_out"]:
         failure = f"timed out after {RUN_TIMEOUT_S} s"
     elif os.WIFSIGNALED(status):
         failure = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
@@ -250,7 +240,7 @@ def run_once(argv, env):
         sample["ok"] = True
         sample["metrics"] = metrics
         return sample
-    last_err = stderr.strip().splitlines()[-1:] or [""]
+    last_err = proc.stderr.strip().splitlines()[-1:] or [""]
     sample["ok"] = False
     sample["failure"] = f"{failure}: {last_err[0][:200]}".rstrip(": ")
     return sample
@@ -264,27 +254,22 @@ def workload_argv(workload, mode, bin_dir):
     return [os.path.join(bin_dir, workload.program), *args]
 
 
-def allocator_env(base, allocator, workload):
-    env = dict(base, **workload.env, **allocator.env)
-    if allocator.preload:
-        env["LD_PRELOAD"] = allocator.preload
-    return env
-
-
-def run_workload(workload, allocators, reps, argv, base_env):
+def run_workload(workload, allocators, reps, argv, base_env, bin_dir, scratch):
     """Warm-up run (discarded), then reps rounds over all allocators, rotated."""
     samples = {a.name: [] for a in allocators}
-    run_once(argv, allocator_env(base_env, allocators[0], workload))
+    first = allocators[0]
+    run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch)
     for rep in range(reps):
         shift = rep % len(allocators)
         line = []
         for allocator in allocators[shift:] + allocators[:shift]:
-            env = allocator_env(base_env, allocator, workload)
-            sample = run_once(argv, env)
+            env = dict(base_env, **workload.env, **allocator.env)
+            sample = run_once(argv, env, allocator.preload, bin_dir, scratch)
             # Record the size of the stats dump (0 = none written) and remove it.
             stats_file = env.get("FORGEALLOC_STATS_FILE")
             if stats_file and sample["ok"]:
-                sample["metrics"]["stats_file_bytes"] = os.path.getsize(stats_file) if os.path.exists(stats_file) else 0
+                written = os.path.exists(stats_file)
+                sample["metrics"]["stats_file_bytes"] = os.path.getsize(stats_file) if written else 0
             if stats_file and os.path.exists(stats_file):
                 os.unlink(stats_file)
             samples[allocator.name].append(sample)
@@ -336,6 +321,11 @@ def fmt(value, spec, scale=1.0):
     return "-" if value is None else format(value * scale, spec)
 
 
+def fmt_metric(value):
+    """About three significant digits, without exponents."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
+
+
 def print_table(results):
     header = (
         f"{'workload':<15}{'allocator':<17}{'wall s':>8}  {'min-max':<15}{'x glibc':>8}{'x tcmalloc':>11}"
@@ -351,7 +341,9 @@ def print_table(results):
                 print(f"{workload.name:<15}{name:<17}{'FAILED':>8}  (all {s['runs']} runs)")
                 continue
             ratios = [s["wall_s"] / base[b] if base.get(b) else None for b in ("glibc", "tcmalloc")]
-            extra = ", ".join(f"{s[key] * scale:.3g} {unit}" for key, unit, scale in workload.metrics if key in s)
+            extra = ", ".join(
+                f"{fmt_metric(s[key] * scale)} {unit}" for key, unit, scale in workload.metrics if key in s
+            )
             if s["failed"]:
                 extra += f" [{s['failed']} of {s['runs']} runs FAILED]"
             print(
@@ -390,6 +382,7 @@ def write_plot(path, results, scratch):
             f"set output '{path}'",
             "set title 'model-switch: RSS after each unload (median of runs)'",
             "set xlabel 'unload #'",
+            "set xtics 1",
             "set ylabel 'RSS MB'",
             "set key outside right",
             "set grid",
@@ -407,7 +400,9 @@ def parse_args():
     parser.add_argument("--json", metavar="FILE", help="write all samples and medians as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="plot model-switch RSS after each unload (gnuplot)")
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=names, help="workloads: " + " ".join(names))
-    parser.add_argument("--allocators", nargs="+", metavar="NAME", help="run only these allocators")
+    parser.add_argument(
+        "--allocators", nargs="+", metavar="NAME", choices=ALL_ALLOCATORS, help="only: " + " ".join(ALL_ALLOCATORS)
+    )
     parser.add_argument("--reps", type=int, help="repetitions per allocator (default: 3 quick, 5 full)")
     parser.add_argument("--build-dir", default=os.path.join(REPO_DIR, "build"), help="the CMake build directory")
     args = parser.parse_args()
@@ -420,9 +415,11 @@ def parse_args():
 
 def main():
     args = parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # keep stdout in order with progress on stderr
     mode = "quick" if args.quick else "full"
     reps = args.reps or REPS[mode]
     build_dir = os.path.abspath(args.build_dir)
+    bin_dir = os.path.join(build_dir, "bench")
     forgealloc_lib = os.path.abspath(os.environ.get("FORGEALLOC_LIB") or os.path.join(build_dir, "libforgealloc.so"))
     workloads = [w for w in WORKLOADS if not args.only or w.name in args.only]
 
@@ -435,14 +432,14 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="forgealloc-bench-") as scratch:
         allocators, notes = discover_allocators(forgealloc_lib, os.path.join(scratch, "stats.json"))
-        wanted = args.allocators or list(allocators)
+        wanted = args.allocators or ALL_ALLOCATORS
         if "forgealloc" in wanted and "forgealloc" not in allocators:
             print(f"error: {forgealloc_lib} not found (build it, or set FORGEALLOC_LIB)", file=sys.stderr)
             return 1
         for note in notes:
             print(f"note: {note}")
         try:
-            build_programs(os.path.join(build_dir, "bench"))
+            build_programs(bin_dir)
         except (OSError, subprocess.CalledProcessError) as e:
             print(f"error: cannot build the workloads: {e}", file=sys.stderr)
             return 1
@@ -457,9 +454,10 @@ def main():
             if not names:
                 print(f"note: {workload.name}: none of its allocators selected, skipped")
                 continue
-            argv = workload_argv(workload, mode, os.path.join(build_dir, "bench"))
+            argv = workload_argv(workload, mode, bin_dir)
             print(f"{workload.name}: {' '.join(argv)}", file=sys.stderr, flush=True)
-            samples = run_workload(workload, [allocators[n] for n in names], reps, argv, base_env)
+            chosen = [allocators[n] for n in names]
+            samples = run_workload(workload, chosen, reps, argv, base_env, bin_dir, scratch)
             rows = {}
             for name in names:
                 rows[name] = summarize(samples[name])
@@ -482,9 +480,9 @@ def main():
                 {
                     "name": w.name,
                     "models": w.models,
-                    "argv": workload_argv(w, mode, os.path.join(build_dir, "bench")),
+                    "argv": workload_argv(w, mode, bin_dir),
                     "env": w.env,
-                    "results": {n: {"median": rows[n], "samples": samples[n]} for n in rows},
+                    "results": {n: {"summary": rows[n], "samples": samples[n]} for n in rows},
                 }
                 for w, rows, samples in results
             ],
