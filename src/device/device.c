@@ -577,8 +577,14 @@ void fa_device_fork_child(void)
      * and counts its own calls. */
     pthread_mutex_init(&lock, NULL);
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
-        fa_pool_clear(&devs[dev].pool);
-        devs[dev] = (devstate){0};
+        devstate *d = &devs[dev];
+        if (!d->used && d->state == UNTOUCHED)
+            continue; /* never touched: nothing to reset (and no page to fault in) */
+        fa_pool_clear(&d->pool);
+        d->state = UNTOUCHED;
+        d->target = d->fallback_bytes = 0;
+        d->used = 0;
+        memset(&d->st, 0, sizeof d->st);
     }
     fa_ptrmap_clear(&fallback);
     memset(passthrough, 0, sizeof passthrough);

@@ -229,19 +229,33 @@ static bool tc_cache_load(uint64_t out[FA_TC_COUNT], uint64_t *when)
 
 /* ---- the malloc family ---------------------------------------------------- */
 
-/* Every 2^16 calls of a thread: refresh the copy of tcmalloc's numbers
- * that signal-time reports use (a few microseconds). */
-#define TC_CACHE_EVERY(count)                                  \
-    do {                                                       \
-        if (__builtin_expect(((count) & 0xffff) == 0, 0))      \
-            tc_cache_refresh();                                \
-    } while (0)
+/* Every 2^16 malloc or new calls of a thread, the copy of tcmalloc's
+ * numbers that signal-time reports use is refreshed (a few microseconds). */
+#define TC_CACHE_DUE(count) __builtin_expect(((count) & 0xffff) == 0, 0)
+
+/* The four hottest calls have a fast path of a count, two compares and a
+ * jump into tcmalloc; everything else (first call of a thread, sizes at or
+ * above slow_size, the cache refresh) is out of line. */
+static __attribute__((noinline)) void *malloc_slow(size_t n, void *caller)
+{
+    if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_malloc, n)))
+        tc_cache_refresh();
+    return AFTER_ALLOC(tc_malloc(n), n, "malloc", caller);
+}
+
+static __attribute__((noinline)) void *malloc_refresh(size_t n)
+{
+    tc_cache_refresh();
+    return tc_malloc(n);
+}
 
 void *fa_host_malloc(size_t n, void *caller)
 {
-    TC_CACHE_EVERY(fa_stats_alloc(FA_CALL_malloc, n));
-    if (__builtin_expect(n >= slow_size, 0))
-        return large_done(tc_malloc(n), n, "malloc", caller);
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t == NULL || n >= slow_size, 0))
+        return malloc_slow(n, caller);
+    if (TC_CACHE_DUE(fa_stats_alloc_into(t, FA_CALL_malloc, n)))
+        return malloc_refresh(n);
     return tc_malloc(n);
 }
 
@@ -379,23 +393,36 @@ size_t fa_host_usable_size(void *p) { return p ? tc_malloc_size(p) : 0; }
 
 /* ---- operator new / delete ------------------------------------------------ */
 
-/* The first attempt failed: tcmalloc's tc_new family calls the
- * new-handler until it gives up, then throws std::bad_alloc (or returns
- * NULL for the nothrow forms). */
-static __attribute__((noinline)) void *new_failed(size_t n, size_t align, bool nothrow)
+/* tcmalloc's tc_new family calls the new-handler until it gives up, then
+ * throws std::bad_alloc (or returns NULL for the nothrow forms). */
+static inline void *tc_new_any(size_t n, size_t align, bool nothrow)
 {
     if (align == 0)
         return nothrow ? tc_new_nothrow(n, &nothrow_tag) : tc_new(n);
     return nothrow ? tc_new_aligned_nothrow(n, align, &nothrow_tag) : tc_new_aligned(n, align);
 }
 
+static __attribute__((noinline)) void *new_slow(size_t n, size_t align, bool nothrow, void *caller)
+{
+    if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_new, n)))
+        tc_cache_refresh();
+    return AFTER_ALLOC(tc_new_any(n, align, nothrow), n, "operator new", caller);
+}
+
+static __attribute__((noinline)) void *new_refresh(size_t n, size_t align, bool nothrow)
+{
+    tc_cache_refresh();
+    return tc_new_any(n, align, nothrow);
+}
+
 void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller)
 {
-    TC_CACHE_EVERY(fa_stats_alloc(FA_CALL_new, n));
-    void *p = align ? tc_memalign(align, n) : tc_malloc_skip_new_handler(n);
-    if (__builtin_expect(p == NULL, 0))
-        p = new_failed(n, align, nothrow);
-    return AFTER_ALLOC(p, n, "operator new", caller);
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t == NULL || n >= slow_size, 0))
+        return new_slow(n, align, nothrow, caller);
+    if (TC_CACHE_DUE(fa_stats_alloc_into(t, FA_CALL_new, n)))
+        return new_refresh(n, align, nothrow);
+    return tc_new_any(n, align, nothrow);
 }
 
 /* size 0: unsized; align 0: default alignment.  A sized delete must get

@@ -35,7 +35,8 @@ extern const char *const fa_call_names[FA_CALL_COUNT];
 
 static inline unsigned fa_hist_bucket(size_t n)
 {
-    unsigned b = n ? 64u - (unsigned)__builtin_clzll((unsigned long long)n) : 0u;
+    /* Branch-free bit length: clz(n | 1) is defined for 0 too. */
+    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)n | 1u) - (n == 0);
     return b < FA_HIST_BUCKETS - 1 ? b : FA_HIST_BUCKETS - 1;
 }
 
@@ -72,8 +73,17 @@ void fa_stats_count_slow(enum fa_call c, size_t n, bool alloc);
 #define FA_RELAXED_ADD(field, v) ((field) += (v))
 #endif
 
-/* Count one allocating call of n bytes.  Returns the thread's count of
- * calls of this kind so far (callers use it to do rare work every 2^k). */
+/* Count one allocating call of n bytes into the record t (not NULL).
+ * Returns the thread's count of calls of this kind so far (callers use it
+ * to do rare work every 2^k calls). */
+static inline uint64_t fa_stats_alloc_into(fa_tstats *t, enum fa_call c, size_t n)
+{
+    FA_RELAXED_ADD(t->bytes_requested, n);
+    FA_RELAXED_ADD(t->hist[fa_hist_bucket(n)], 1);
+    return FA_RELAXED_ADD(t->calls[c], 1);
+}
+
+/* Count one allocating call of n bytes (any thread state). */
 static inline uint64_t fa_stats_alloc(enum fa_call c, size_t n)
 {
     fa_tstats *t = fa_tls_stats;
@@ -81,9 +91,7 @@ static inline uint64_t fa_stats_alloc(enum fa_call c, size_t n)
         fa_stats_count_slow(c, n, true);
         return 1;
     }
-    FA_RELAXED_ADD(t->bytes_requested, n);
-    FA_RELAXED_ADD(t->hist[fa_hist_bucket(n)], 1);
-    return FA_RELAXED_ADD(t->calls[c], 1);
+    return fa_stats_alloc_into(t, c, n);
 }
 
 /* Count one releasing call (free, delete). */
