@@ -146,6 +146,8 @@ static __attribute__((noinline)) void host_large(void *p, size_t n, const char *
         report_large(n, fn, caller);
     if (p && n >= FA_RELEASE_MIN)
         fa_release_on_alloc(p, n);
+    if (p && n >= FA_HUGEPAGE_MIN && fa_opt_u64(FA_OPT_HUGEPAGES))
+        fa_release_advise_huge(p, n);
 }
 
 /* The rare end of an allocating call (n >= slow_size), out of line. */

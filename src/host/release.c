@@ -5,7 +5,10 @@
 #include <gperftools/malloc_extension_c.h>
 #include <gperftools/tcmalloc.h>
 #include <stdbool.h>
+#include <fcntl.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "../core/options.h"
 
@@ -121,8 +124,8 @@ static size_t release_and_count(size_t want)
 
 void fa_release_on_free(size_t n)
 {
-    uint64_t keep = fa_opt_u64(FA_OPT_RELEASE_THRESHOLD);
-    if (__atomic_add_fetch(&shrink, n, __ATOMIC_RELAXED) <= keep)
+    uint64_t threshold = fa_opt_u64(FA_OPT_RELEASE_THRESHOLD);
+    if (__atomic_add_fetch(&shrink, n, __ATOMIC_RELAXED) <= threshold)
         return;
     if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
         return; /* another thread is checking right now */
@@ -133,12 +136,48 @@ void fa_release_on_free(size_t n)
      * release nothing; a few rounds settle it. */
     for (int round = 0; round < 4; round++) {
         size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
+        /* Hysteresis: past the threshold, release down to half of it. */
+        uint64_t keep = threshold / 2;
         if (free_bytes <= keep)
             break;
         release_and_count(free_bytes - keep);
     }
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
+}
+
+/* 0 unknown, 1 madvise mode (advise), 2 always/never/absent (do nothing). */
+static int thp_mode;
+
+static int read_thp_mode(void)
+{
+    char buf[128];
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 2;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return strstr(buf, "[madvise]") ? 1 : 2;
+}
+
+void fa_release_advise_huge(void *p, size_t n)
+{
+    int mode = __atomic_load_n(&thp_mode, __ATOMIC_RELAXED);
+    if (mode == 0) {
+        mode = read_thp_mode();
+        __atomic_store_n(&thp_mode, mode, __ATOMIC_RELAXED);
+    }
+    if (mode != 1)
+        return;
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t e = ((uintptr_t)p + n) & ~(huge - 1);
+    if (e > a) {
+        int saved = errno;
+        madvise((void *)a, e - a, MADV_HUGEPAGE);
+        errno = saved;
+    }
 }
 
 size_t fa_release_all(void)

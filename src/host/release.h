@@ -6,7 +6,7 @@
  * policy: count the bytes of large blocks freed beyond what large
  * allocations took back since the last check; when that exceeds
  * FORGEALLOC_RELEASE_THRESHOLD the heap is shrinking, not churning, so ask
- * tcmalloc how much it holds free and return what is above the threshold. */
+ * tcmalloc how much it holds free and return all but half the threshold. */
 #ifndef FA_RELEASE_H
 #define FA_RELEASE_H
 
@@ -32,6 +32,13 @@ static inline bool fa_release_tracking(void)
     extern int fa_release_seen_large;
     return __atomic_load_n(&fa_release_seen_large, __ATOMIC_RELAXED);
 }
+/* Large blocks of at least this size get transparent huge pages. */
+#define FA_HUGEPAGE_MIN ((size_t)4 << 20)
+
+/* Ask for transparent huge pages on the 2 MiB-aligned interior of a large
+ * block (FORGEALLOC_HUGEPAGES), when the kernel's THP mode is "madvise". */
+void fa_release_advise_huge(void *p, size_t n);
+
 /* Return everything free (malloc_trim, forgealloc_release). */
 size_t fa_release_all(void);
 void fa_release_totals(uint64_t *releases, uint64_t *bytes);

@@ -267,9 +267,9 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     fa_buf_bytes(b, s->released_bytes);
     fa_buf_str(b, " in ");
     fa_buf_grouped(b, s->releases);
-    fa_buf_str(b, " returns (keeps ");
+    fa_buf_str(b, " returns (threshold ");
     fa_buf_bytes(b, fa_opt_u64(FA_OPT_RELEASE_THRESHOLD));
-    fa_buf_str(b, " free for reuse); release rate ");
+    fa_buf_str(b, "); release rate ");
     if (s->release_rate >= 0)
         fa_buf_fixed(b, s->release_rate, s->release_rate == (double)(uint64_t)s->release_rate ? 0 : 2);
     else
