@@ -12,7 +12,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libgoogle-perftools-dev)
 for arg in "$@"; do
     case "$arg" in
-    --test) pkgs+=(libcmocka-dev python3 python3-torch shellcheck binutils clang libclang-rt-14-dev procps) ;;
+    --test) pkgs+=(libcmocka-dev python3 python3-torch libpython3-testsuite shellcheck binutils git clang libclang-rt-14-dev) ;;
     --bench) pkgs+=(libjemalloc-dev libmimalloc-dev python3 python3-torch gnuplot-nox) ;;
     --demo) pkgs+=(python3 python3-torch) ;;
     -h | --help) sed -n '2,10p' "$0"; exit 0 ;;

@@ -571,6 +571,7 @@ void fa_host_start(void)
 {
     if (slow_size == 0)
         host_init();
+    tc_cache_refresh(); /* a signal-time report has tcmalloc's numbers from the start */
     double rate = fa_opt(FA_OPT_RELEASE_RATE)->d;
     if (&fa_tc_release_rate)
         fa_tc_release_rate = rate;

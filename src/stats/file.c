@@ -1,8 +1,12 @@
 /* file.c - atomic stats files (see file.h). */
+#define _GNU_SOURCE
 #include "file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <stdio.h> /* rename */
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +30,56 @@ bool fa_path_expand(const char *tmpl, int pid, char *out, size_t cap)
         }
     }
     return !fa_buf_overflowed(&b) && b.len > 0;
+}
+
+/* "<anything>.tmp-<pid>-<seq>": one of our temporaries; returns its pid. */
+static long temp_owner(const char *name)
+{
+    const char *t = NULL;
+    for (const char *c = name; (c = strstr(c, ".tmp-")); c++)
+        t = c;
+    if (!t)
+        return -1;
+    long pid = 0;
+    const char *c = t + 5;
+    for (; *c >= '0' && *c <= '9'; c++)
+        pid = pid * 10 + (*c - '0');
+    if (c == t + 5 || *c++ != '-' || *c < '0' || *c > '9')
+        return -1;
+    while (*c >= '0' && *c <= '9')
+        c++;
+    return *c ? -1 : pid;
+}
+
+/* Remove temporaries of processes that no longer exist (killed mid-dump by
+ * SIGKILL) from the directory of `path`.  getdents64 on a stack buffer: no
+ * malloc, usable at exit and in a signal handler. */
+static void sweep_stale(const char *path)
+{
+    char dir[4200];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir)
+        return;
+    if (slash && n == 0)
+        n = 1; /* "/" */
+    memcpy(dir, slash ? path : ".", slash ? n : 1);
+    dir[slash ? n : 1] = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char buf[4096];
+    long got;
+    while ((got = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < got;) {
+            struct dirent64 *e = (struct dirent64 *)(buf + off);
+            off += e->d_reclen;
+            long pid = temp_owner(e->d_name);
+            if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+                unlinkat(fd, e->d_name, 0);
+        }
+    }
+    close(fd);
 }
 
 int fa_file_write_atomic(const char *path, const char *data, size_t len, char *tmp_out, size_t tmp_cap)
@@ -58,6 +112,8 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, char *t
         unlink(tmp);
     if (tmp_out && tmp_cap)
         tmp_out[0] = '\0';
+    if (!err)
+        sweep_stale(path);
     return err;
 }
 

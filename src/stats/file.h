@@ -16,7 +16,9 @@ bool fa_path_expand(const char *tmpl, int pid, char *out, size_t cap);
 /* Write data to path atomically.  Returns 0, or an errno value (the file
  * is then absent and no temporary is left behind).  *tmp_out, if given,
  * receives the temporary's name while it exists so a signal handler can
- * remove it; it is emptied again before return. */
+ * remove it; it is emptied again before return.  After a successful write,
+ * temporaries left in the same directory by processes that no longer exist
+ * (killed mid-dump) are removed. */
 int fa_file_write_atomic(const char *path, const char *data, size_t len, char *tmp_out, size_t tmp_cap);
 
 /* "Permission denied"-style text for the errno values a stats file meets;

@@ -325,6 +325,207 @@ def case_signal():
             check(not [f for f in os.listdir(d) if ".tmp" in f], "temporary left behind")
 
 
+# ---- hardening: fork, threads, signals, exits, files, settings --------------------------
+
+def case_forkstorm():
+    """Threads allocate without pause while the process forks 200 times;
+    children allocate and end with exit() or _exit(); each exit() child
+    writes its own file with its own numbers."""
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_hard"), "forkstorm", "200"], timeout=170,
+                env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json"))
+        check(r.returncode == 0, f"fork storm failed ({r.returncode}): {r.stderr[-2000:]}")
+        docs = list(dumps(d).values())
+        leftovers = [f for f in os.listdir(d) if ".tmp-" in f]
+    parent = [x for x in docs if not x["forked"]]
+    children = [x for x in docs if x["forked"]]
+    check(len(parent) == 1 and len(children) == 100, f"{len(parent)} parent and {len(children)} child files")
+    check(all(x["ppid"] == parent[0]["pid"] for x in children), "children's ppid")
+    counts = [x["host"]["calls"]["malloc"] for x in children]
+    check(all(100 <= c < 200 for c in counts), f"children's own malloc counts: {sorted(set(counts))}")
+    check(not leftovers, f"temporaries left: {leftovers}")
+
+
+def case_thread_churn():
+    """Thousands of short-lived threads: exact counts, records reused."""
+    r = run([prog("p_hard"), "threads", "2000", "50"], timeout=170)
+    check(r.returncode == 0, f"thread churn: {r.stdout} {r.stderr}")
+    print(r.stdout.strip())
+
+
+def case_crossfree():
+    """Two million blocks freed by another thread than the one that made them."""
+    r = run([prog("p_hard"), "crossfree", "2000000"], timeout=170)
+    check(r.returncode == 0 and "corrupted bytes 0" in r.stdout, f"cross-thread frees: {r.stdout} {r.stderr}")
+
+
+def start_hammer(d, **env):
+    settings = {"FORGEALLOC_STATS": "json", "FORGEALLOC_STATS_FILE": f"{d}/%p.json", **env}
+    p = subprocess.Popen([prog("p_hard"), "hammer"], stdout=subprocess.PIPE, text=True,
+                         env=dict(base_env(**settings), LD_PRELOAD=ARGS.lib))
+    check(p.stdout.readline() == "ready\n", "hammer did not start")
+    return p
+
+
+def case_signal_inside_malloc():
+    """SIGTERM and SIGINT landing while three threads allocate without
+    pause: the dump is written, the process dies of the signal, never hangs."""
+    import random
+    rng = random.Random(5)
+    for i in range(30):
+        sig = signal.SIGTERM if i % 3 else signal.SIGINT
+        with tempfile.TemporaryDirectory() as d:
+            p = start_hammer(d)
+            time.sleep(rng.uniform(0.0, 0.05))
+            p.send_signal(sig)
+            try:
+                rc = p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise Failure(f"run {i}: no exit 20 s after {sig.name}: the signal path deadlocked")
+            docs = list(dumps(d).values())
+            check(rc == -sig, f"run {i}: status {rc}, expected death by {sig.name}")
+            check(len(docs) == 1 and docs[0]["reason"] == "signal", f"run {i}: dumps {docs and docs[0]['reason']}")
+            check(not check_stats_json.problems(docs[0]), f"run {i}: contract")
+            check(docs[0]["host"]["tcmalloc"]["valid"], f"run {i}: no copy of tcmalloc's numbers in the dump")
+
+
+def case_signal_off():
+    """FORGEALLOC_STATS_ON_SIGNAL=0: no handler, the signal acts as usual."""
+    with tempfile.TemporaryDirectory() as d:
+        p = start_hammer(d, FORGEALLOC_STATS_ON_SIGNAL="0")
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=20)
+        check(rc == -signal.SIGTERM and not os.listdir(d), f"status {rc}, files {os.listdir(d)}")
+
+
+def case_exit_paths():
+    """exit and return from main dump; _exit and abort cannot (and leave nothing half-written)."""
+    for how, status, dumped in (("exit", 0, True), ("return", 0, True), ("_exit", 0, False),
+                                ("abort", -signal.SIGABRT, False)):
+        with tempfile.TemporaryDirectory() as d:
+            r = run([prog("p_hard"), "end", how],
+                    env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json"))
+            files = os.listdir(d)
+            check(r.returncode == status, f"{how}: status {r.returncode}")
+            check(len(files) == (1 if dumped else 0), f"{how}: files {files}")
+            if dumped:
+                check(dumps(d) and list(dumps(d).values())[0]["reason"] == "exit", f"{how}: reason")
+
+
+def case_interval():
+    """FORGEALLOC_STATS_INTERVAL keeps a file current for processes that end with os._exit."""
+    code = "import os, time; x = [bytes(1000) for _ in range(10000)]; time.sleep(1.0); os._exit(0)"
+    with tempfile.TemporaryDirectory() as d:
+        r = run([ARGS.python, "-c", code], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                                                        FORGEALLOC_STATS_INTERVAL="200ms"))
+        docs = list(dumps(d).values())
+    check(r.returncode == 0 and len(docs) == 1 and docs[0]["reason"] == "interval", f"interval dump: {docs}")
+    check(docs[0]["host"]["calls"]["malloc"] > 0, "interval dump has counts")
+    r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_INTERVAL="1"))
+    check(r.returncode == 0 and "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE" in r.stderr, r.stderr)
+
+
+def case_killed_mid_dump():
+    """SIGKILL while dumps are being written every 5 ms: the file is complete
+    or absent, never partial; temporaries of killed processes are swept by
+    the next dump in the directory."""
+    import random
+    rng = random.Random(9)
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(25):
+            p = start_hammer(d, FORGEALLOC_STATS_FILE=f"{d}/s-{i}.json", FORGEALLOC_STATS_INTERVAL="5ms")
+            time.sleep(rng.uniform(0.02, 0.12))
+            p.kill()
+            p.wait(timeout=20)
+            path = f"{d}/s-{i}.json"
+            if os.path.exists(path):
+                with open(path) as f:
+                    try:
+                        json.load(f)
+                    except ValueError as e:
+                        raise Failure(f"run {i}: a partial stats file: {e}")
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/last.json"))
+        check(r.returncode == 0, r.stderr)
+        left = [f for f in os.listdir(d) if ".tmp-" in f]
+        check(not left, f"temporaries of killed processes not swept: {left}")
+
+
+HOSTILE = ["", " ", "-1", "abc", "1e99", "12X", "99999999999999999999999999", "18446744073709551616",
+           "99999999999T", "0x10", "1,5G", "%", "%%%", "nan", "inf", "\u00e9t\u00e9", "1\tG", "yes please",
+           "-", "9" * 5000]
+
+
+def case_hostile_settings():
+    """Every library setting with hostile values: the program is unchanged, one line per bad setting."""
+    table = open(os.path.join(os.path.dirname(HERE), "..", "src", "core", "options.def")).read()
+    names = ["FORGEALLOC_" + n for n, scope in re.findall(r"^FA_OPTION\((\w+),[^\n]*\b(LIB|LAUNCHER),", table, re.M)
+             if scope == "LIB"]
+    check(len(names) >= 10, f"settings found: {names}")
+    for name in names:
+        for value in HOSTILE + ["\udcff\udcfe"]:
+            env = base_env()
+            env[name] = value
+            try:
+                r = subprocess.run(["echo", "ok"], env=dict(env, LD_PRELOAD=ARGS.lib), capture_output=True,
+                                   timeout=20)
+            except UnicodeEncodeError:  # non-UTF-8 bytes: pass them as bytes
+                envb = {k.encode(): v.encode("utf-8", "surrogateescape") for k, v in env.items()}
+                envb[b"LD_PRELOAD"] = ARGS.lib.encode()
+                r = subprocess.run(["echo", "ok"], env=envb, capture_output=True, timeout=20)
+            check(r.returncode == 0 and r.stdout == b"ok\n", f"{name}={value[:20]!r}: output {r.stdout!r}")
+            lines = r.stderr.decode("utf-8", "replace").splitlines()
+            check(len(lines) <= 1, f"{name}={value[:20]!r}: {len(lines)} lines: {r.stderr[:300]!r}")
+            check(all(len(line) < 400 and line.startswith("forgealloc: ") for line in lines), f"{name}: {lines}")
+    # All at once: exactly one line per bad setting, and strict mode refuses.
+    env = base_env(**{n: "abc" for n in names if n not in ("FORGEALLOC_STATS_FILE",)})
+    r = subprocess.run(["echo", "ok"], env=dict(env, LD_PRELOAD=ARGS.lib), capture_output=True, text=True)
+    bad = len([n for n in names if n != "FORGEALLOC_STATS_FILE"])
+    check(r.stdout == "ok\n" and len(r.stderr.splitlines()) == bad, f"{bad} bad settings: {r.stderr!r}")
+    r = subprocess.run(["echo", "ok"], env=dict(env, LD_PRELOAD=ARGS.lib, FORGEALLOC_STRICT="1"),
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and r.stdout == "" and "refusing to start" in r.stderr.splitlines()[-1], r.stderr)
+
+
+def case_real_tools():
+    """git and gcc work under the shim, and gcc's output is byte-identical."""
+    import shutil
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "x.c")
+        open(src, "w").write("#include <stdio.h>\nint main(void){puts(\"hi\");return 0;}\n")
+        objs = []
+        for preload in (False, True):
+            obj = os.path.join(d, f"x{int(preload)}.o")
+            r = run(["gcc", "-O2", "-c", src, "-o", obj], preload=preload)
+            check(r.returncode == 0 and r.stderr == "", f"gcc under the shim={preload}: {r.stderr}")
+            objs.append(open(obj, "rb").read())
+        check(objs[0] == objs[1], "gcc produced different code under the shim")
+        if shutil.which("git"):
+            env = base_env(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                           GIT_COMMITTER_EMAIL="t@t", HOME=d)
+            for cmd in (["git", "init", "-q", d], ["git", "-C", d, "add", "x.c"],
+                        ["git", "-C", d, "commit", "-qm", "x"], ["git", "-C", d, "log", "--oneline"]):
+                r = run(cmd, env=env)
+                check(r.returncode == 0, f"{cmd}: {r.stderr}")
+
+
+def case_cpython_suite():
+    """A subset of CPython's own tests gives the same result with and without the shim."""
+    tests = ["test_json", "test_dict", "test_list", "test_set", "test_gc", "test_bytes", "test_re", "test_io",
+             "test_mmap", "test_ctypes", "test_subprocess"]
+    probe = run([ARGS.python, "-c", "import test.libregrtest"], preload=False)
+    if probe.returncode != 0:
+        print("CPython's test suite is not installed (Debian: libpython3-testsuite) - skipped")
+        return SKIP
+    results = []
+    for preload in (False, True):
+        r = run([ARGS.python, "-m", "test", "-j2", "--timeout", "300"] + tests, preload=preload, timeout=900)
+        summary = [line for line in r.stdout.splitlines() if re.match(r"^(Tests result|\d+ tests? (OK|failed|skipped))", line)]
+        results.append((r.returncode, summary))
+    check(results[0] == results[1], f"different results: without {results[0]}, with {results[1]}")
+    check(results[1][0] == 0, f"the suite failed under the shim: {results[1]}")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -119,6 +120,36 @@ static void test_errors_leave_nothing(void **state)
     assert_string_equal(fa_errno_text(12345, buf, sizeof buf), "error 12345");
 }
 
+static void test_stale_temporaries_swept(void **state)
+{
+    (void)state;
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0); /* a pid that no longer exists */
+    char p[256], path[128];
+    const char *names[4];
+    char n0[64], n1[64];
+    snprintf(n0, sizeof n0, "old.json.tmp-%d-3", (int)dead);   /* stale: removed */
+    snprintf(n1, sizeof n1, "live.json.tmp-%d-1", (int)getppid()); /* its owner lives: kept */
+    names[0] = n0;
+    names[1] = n1;
+    names[2] = "notes.tmp-abc";  /* not ours: kept */
+    names[3] = "data.tmp-12-x";  /* not ours: kept */
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        close(open(p, O_CREAT | O_WRONLY, 0600));
+    }
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    assert_int_equal(fa_file_write_atomic(path, "x", 1, NULL, 0), 0);
+    snprintf(p, sizeof p, "%s/%s", dir, n0);
+    assert_int_equal(access(p, F_OK), -1);
+    for (int i = 1; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        assert_int_equal(access(p, F_OK), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -126,6 +157,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_not_followed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors_leave_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_temporaries_swept, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
