@@ -6,12 +6,12 @@
 
 static void push(fa_buddy *b, uint32_t u, unsigned k)
 {
-    b->state[u] = FA_BUDDY_FREE;
-    b->order[u] = (uint8_t)k;
-    b->prev[u] = FA_BUDDY_NIL;
-    b->next[u] = b->heads[k];
+    b->u[u].state = FA_BUDDY_FREE;
+    b->u[u].order = (uint8_t)k;
+    b->u[u].prev = FA_BUDDY_NIL;
+    b->u[u].next = b->heads[k];
     if (b->heads[k] != FA_BUDDY_NIL)
-        b->prev[b->heads[k]] = u;
+        b->u[b->heads[k]].prev = u;
     b->heads[k] = u;
     b->nonempty |= (uint64_t)1 << k;
     b->free_units += (uint64_t)1 << k;
@@ -19,16 +19,16 @@ static void push(fa_buddy *b, uint32_t u, unsigned k)
 
 static void unlink_block(fa_buddy *b, uint32_t u)
 {
-    unsigned k = b->order[u];
-    if (b->prev[u] != FA_BUDDY_NIL)
-        b->next[b->prev[u]] = b->next[u];
+    unsigned k = b->u[u].order;
+    if (b->u[u].prev != FA_BUDDY_NIL)
+        b->u[b->u[u].prev].next = b->u[u].next;
     else
-        b->heads[k] = b->next[u];
-    if (b->next[u] != FA_BUDDY_NIL)
-        b->prev[b->next[u]] = b->prev[u];
+        b->heads[k] = b->u[u].next;
+    if (b->u[u].next != FA_BUDDY_NIL)
+        b->u[b->u[u].next].prev = b->u[u].prev;
     if (b->heads[k] == FA_BUDDY_NIL)
         b->nonempty &= ~((uint64_t)1 << k);
-    b->state[u] = FA_BUDDY_NONE;
+    b->u[u].state = FA_BUDDY_NONE;
     b->free_units -= (uint64_t)1 << k;
 }
 
@@ -44,19 +44,14 @@ bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max
     if (max_order > FA_BUDDY_MAX_ORDER || min_shift < 4 || min_shift > 16 || max_order > 31)
         return false;
     size_t n = (size_t)1 << max_order;
-    /* One mapping for all arrays; pages are touched only where blocks
-     * start, so the cost follows the number of blocks, not the range. */
-    size_t bytes = n * (1 + 1 + 4 + 4 + 4 + 2);
-    uint8_t *m = map(bytes);
+    /* Pages are touched only where blocks start, so the cost follows the
+     * number of blocks, not the size of the range. */
+    size_t bytes = n * sizeof(fa_buddy_unit);
+    void *m = map(bytes);
     if (!m)
         return false;
     b->meta_bytes = bytes;
-    b->next = (uint32_t *)m;
-    b->prev = b->next + n;
-    b->units = b->prev + n;
-    b->slack = (uint16_t *)(b->units + n);
-    b->state = (uint8_t *)(b->slack + n);
-    b->order = b->state + n;
+    b->u = m;
     b->base = base;
     b->min_shift = min_shift;
     b->max_order = max_order;
@@ -68,8 +63,8 @@ bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max
 
 void fa_buddy_destroy(fa_buddy *b)
 {
-    if (b->next)
-        munmap(b->next, b->meta_bytes);
+    if (b->u)
+        munmap(b->u, b->meta_bytes);
     memset(b, 0, sizeof *b);
 }
 
@@ -104,9 +99,9 @@ bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr)
         push(b, (uint32_t)pos, o);
         pos += (uint64_t)1 << o;
     }
-    b->state[u] = FA_BUDDY_ALLOC;
-    b->units[u] = (uint32_t)n;
-    b->slack[u] = (uint16_t)((n << b->min_shift) - bytes);
+    b->u[u].state = FA_BUDDY_ALLOC;
+    b->u[u].units = (uint32_t)n;
+    b->u[u].slack = (uint16_t)((n << b->min_shift) - bytes);
     *addr = b->base + ((uintptr_t)u << b->min_shift);
     return true;
 }
@@ -119,14 +114,14 @@ uint32_t fa_buddy_find(const fa_buddy *b, uintptr_t addr)
     if (off & (((uintptr_t)1 << b->min_shift) - 1))
         return FA_BUDDY_NIL;
     uint32_t u = (uint32_t)(off >> b->min_shift);
-    return b->state[u] == FA_BUDDY_ALLOC ? u : FA_BUDDY_NIL;
+    return b->u[u].state == FA_BUDDY_ALLOC ? u : FA_BUDDY_NIL;
 }
 
 static void free_block(fa_buddy *b, uint32_t u, unsigned k)
 {
     while (k < b->max_order) {
         uint32_t buddy = u ^ ((uint32_t)1 << k);
-        if (b->state[buddy] != FA_BUDDY_FREE || b->order[buddy] != k)
+        if (b->u[buddy].state != FA_BUDDY_FREE || b->u[buddy].order != k)
             break;
         unlink_block(b, buddy);
         if (buddy < u)
@@ -138,8 +133,8 @@ static void free_block(fa_buddy *b, uint32_t u, unsigned k)
 
 void fa_buddy_free_unit(fa_buddy *b, uint32_t u)
 {
-    uint64_t n = b->units[u];
-    b->state[u] = FA_BUDDY_NONE;
+    uint64_t n = b->u[u].units;
+    b->u[u].state = FA_BUDDY_NONE;
     /* The pieces: the binary digits of n from the top, laid out from u. */
     uint64_t pos = u;
     for (int bit = 63 - __builtin_clzll(n); bit >= 0; bit--) {
@@ -165,14 +160,14 @@ int fa_buddy_check(const fa_buddy *b)
     for (unsigned k = 0; k <= b->max_order; k++) {
         uint32_t prev = FA_BUDDY_NIL;
         bool any = false;
-        for (uint32_t u = b->heads[k]; u != FA_BUDDY_NIL; prev = u, u = b->next[u]) {
+        for (uint32_t u = b->heads[k]; u != FA_BUDDY_NIL; prev = u, u = b->u[u].next) {
             any = true;
-            problems += b->state[u] != FA_BUDDY_FREE || b->order[u] != k || b->prev[u] != prev;
+            problems += b->u[u].state != FA_BUDDY_FREE || b->u[u].order != k || b->u[u].prev != prev;
             problems += (u & (((uint32_t)1 << k) - 1)) != 0; /* aligned to its size */
             /* a free block never has a free buddy of the same order (it would have merged) */
             if (k < b->max_order) {
                 uint32_t buddy = u ^ ((uint32_t)1 << k);
-                problems += b->state[buddy] == FA_BUDDY_FREE && b->order[buddy] == k;
+                problems += b->u[buddy].state == FA_BUDDY_FREE && b->u[buddy].order == k;
             }
             free_units += (uint64_t)1 << k;
         }

@@ -18,6 +18,20 @@
 #define FA_BUDDY_NIL UINT32_MAX
 #define FA_BUDDY_MAX_ORDER 40
 
+/* Per-unit metadata, one 16-byte record so an operation touches one cache
+ * line.  Meaningful only at the first unit of a block:
+ *   state  FREE: a free block of `order`, linked by next/prev
+ *          ALLOC or HELD: an allocation of `units` units, `slack` bytes of
+ *          its last unit unrequested; next/prev are the owner's (the pool
+ *          keeps its quarantine list and epoch there) */
+typedef struct fa_buddy_unit {
+    uint32_t next, prev;
+    uint32_t units;
+    uint16_t slack;
+    uint8_t state;
+    uint8_t order;
+} fa_buddy_unit;
+
 typedef struct fa_buddy {
     uintptr_t base;     /* first address of the range */
     unsigned min_shift; /* log2 of the unit (minimum block) in bytes */
@@ -25,18 +39,7 @@ typedef struct fa_buddy {
     uint64_t free_units;
     uint64_t nonempty;  /* bit k set: heads[k] has a block */
     uint32_t heads[FA_BUDDY_MAX_ORDER + 1];
-    /* Per unit (mmap'd, touched only where blocks start):
-     *   state  FREE: start of a free block of order[u], linked next/prev
-     *          ALLOC: start of an allocation of units[u] units
-     *   next/prev  free-list links; for allocations, free for the owner
-     *              (the pool keeps its quarantine list and epoch there)
-     *   slack  bytes of the allocation's last unit left unrequested */
-    uint8_t *state;
-    uint8_t *order;
-    uint32_t *next;
-    uint32_t *prev;
-    uint32_t *units;
-    uint16_t *slack;
+    fa_buddy_unit *u;   /* mmap'd; pages are touched only where blocks start */
     size_t meta_bytes;
 } fa_buddy;
 
@@ -65,14 +68,22 @@ bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr);
 /* The unit index of the allocation starting at addr, or FA_BUDDY_NIL if
  * addr is not the start of a live allocation. */
 uint32_t fa_buddy_find(const fa_buddy *b, uintptr_t addr);
-static inline size_t fa_buddy_alloc_bytes(const fa_buddy *b, uint32_t u) { return (size_t)b->units[u] << b->min_shift; }
+static inline size_t fa_buddy_alloc_bytes(const fa_buddy *b, uint32_t u) { return (size_t)b->u[u].units << b->min_shift; }
 static inline size_t fa_buddy_requested(const fa_buddy *b, uint32_t u)
 {
-    return fa_buddy_alloc_bytes(b, u) - b->slack[u];
+    return fa_buddy_alloc_bytes(b, u) - b->u[u].slack;
 }
 
 /* Mark the allocation at unit u held (see FA_BUDDY_HELD). */
-static inline void fa_buddy_hold(fa_buddy *b, uint32_t u) { b->state[u] = FA_BUDDY_HELD; }
+static inline void fa_buddy_hold(fa_buddy *b, uint32_t u) { b->u[u].state = FA_BUDDY_HELD; }
+
+/* Hand a held allocation of u to a new request of `bytes` that needs the
+ * same number of units (the pool's reuse cache). */
+static inline void fa_buddy_reuse(fa_buddy *b, uint32_t u, size_t bytes)
+{
+    b->u[u].state = FA_BUDDY_ALLOC;
+    b->u[u].slack = (uint16_t)(((size_t)b->u[u].units << b->min_shift) - bytes);
+}
 
 /* Free the allocation (live or held) at unit u, merging buddies. */
 void fa_buddy_free_unit(fa_buddy *b, uint32_t u);

@@ -84,7 +84,8 @@ static void sync_stats(devstate *d)
 
 static const fa_cudart *runtime(const char *fn)
 {
-    __atomic_store_n(&cuda_seen, 1, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&cuda_seen, __ATOMIC_RELAXED))
+        __atomic_store_n(&cuda_seen, 1, __ATOMIC_RELAXED);
     const fa_cudart *rt = fa_cudart_get();
     if (!rt->cudaMalloc && !__atomic_exchange_n(&warned_missing, 1, __ATOMIC_RELAXED))
         fa_error("%s was called but no CUDA runtime (libcudart) is loaded in this process; such calls fail with "

@@ -11,7 +11,7 @@ void fa_pool_init(fa_pool *p, size_t chunk_size)
     p->chunk_size = chunk_size;
     p->nchunks = 0;
     p->epoch = 0;
-    p->bytes = p->in_use = p->requested = p->quarantined = 0;
+    p->bytes = p->in_use = p->requested = p->quarantined = p->cached = 0;
 }
 
 void fa_pool_clear(fa_pool *p)
@@ -37,6 +37,8 @@ bool fa_pool_add_chunk(fa_pool *p, uintptr_t base)
         return false;
     }
     c->q_head = FA_BUDDY_NIL;
+    for (unsigned k = 0; k <= FA_BUDDY_MAX_ORDER; k++)
+        c->cache[k] = FA_BUDDY_NIL;
     int i = p->nchunks++;
     while (i > 0 && p->chunks[i - 1]->buddy.base > base) {
         p->chunks[i] = p->chunks[i - 1];
@@ -65,20 +67,83 @@ static fa_chunk *chunk_of(const fa_pool *p, uintptr_t a)
 
 bool fa_pool_owns(const fa_pool *p, uintptr_t a) { return chunk_of(p, a) != NULL; }
 
-bool fa_pool_alloc(fa_pool *p, size_t n, uintptr_t *addr)
+static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
+
+/* Take a cached block of exactly `units` units from chunk c (the first few
+ * of its order are looked at). */
+static bool cache_take(fa_chunk *c, unsigned k, uint32_t units, uint32_t *out)
 {
-    if (n == 0 || n > p->chunk_size)
-        return false;
+    uint32_t *link = &c->cache[k];
+    for (int looked = 0; *link != FA_BUDDY_NIL && looked < 8; looked++) {
+        uint32_t u = *link;
+        if (c->buddy.u[u].units == units) {
+            *link = c->buddy.u[u].next;
+            c->c_count--;
+            *out = u;
+            return true;
+        }
+        link = &c->buddy.u[u].next;
+    }
+    return false;
+}
+
+static void cache_flush(fa_pool *p)
+{
+    for (int i = 0; i < p->nchunks && p->cached; i++) {
+        fa_chunk *c = p->chunks[i];
+        for (unsigned k = 0; k <= FA_BUDDY_MAX_ORDER && c->c_count; k++) {
+            while (c->cache[k] != FA_BUDDY_NIL) {
+                uint32_t u = c->cache[k];
+                c->cache[k] = c->buddy.u[u].next;
+                c->c_count--;
+                p->cached -= fa_buddy_alloc_bytes(&c->buddy, u);
+                fa_buddy_free_unit(&c->buddy, u);
+            }
+        }
+    }
+}
+
+static bool buddy_alloc(fa_pool *p, size_t n, uintptr_t *addr)
+{
     for (int i = 0; i < p->nchunks; i++) {
         fa_buddy *b = &p->chunks[i]->buddy;
         if (fa_buddy_alloc(b, n, addr)) {
-            uint32_t u = fa_buddy_find(b, *addr);
-            p->in_use += fa_buddy_alloc_bytes(b, u);
-            p->requested += n;
+            p->in_use += fa_buddy_alloc_bytes(b, fa_buddy_find(b, *addr));
             return true;
         }
     }
     return false;
+}
+
+bool fa_pool_alloc(fa_pool *p, size_t n, uintptr_t *addr)
+{
+    if (n == 0 || n > p->chunk_size)
+        return false;
+    if (p->cached) {
+        uint64_t units = ((uint64_t)n + ((uint64_t)1 << FA_POOL_UNIT_SHIFT) - 1) >> FA_POOL_UNIT_SHIFT;
+        unsigned k = ceil_log2(units);
+        for (int i = 0; i < p->nchunks; i++) {
+            fa_chunk *c = p->chunks[i];
+            uint32_t u;
+            if (c->c_count && cache_take(c, k, (uint32_t)units, &u)) {
+                fa_buddy_reuse(&c->buddy, u, n);
+                uint64_t bytes = fa_buddy_alloc_bytes(&c->buddy, u);
+                p->cached -= bytes;
+                p->in_use += bytes;
+                p->requested += n;
+                *addr = c->buddy.base + ((uintptr_t)u << FA_POOL_UNIT_SHIFT);
+                return true;
+            }
+        }
+    }
+    bool ok = buddy_alloc(p, n, addr);
+    if (!ok && p->cached) { /* sizes changed: merge the cache and look again */
+        cache_flush(p);
+        ok = buddy_alloc(p, n, addr);
+    }
+    if (ok)
+        p->requested += n;
+    return ok;
 }
 
 fa_pool_free_result fa_pool_free(fa_pool *p, uintptr_t a, size_t *taken, size_t *requested)
@@ -92,8 +157,8 @@ fa_pool_free_result fa_pool_free(fa_pool *p, uintptr_t a, size_t *taken, size_t 
     *taken = fa_buddy_alloc_bytes(&c->buddy, u);
     *requested = fa_buddy_requested(&c->buddy, u);
     fa_buddy_hold(&c->buddy, u);
-    c->buddy.next[u] = c->q_head;
-    c->buddy.prev[u] = p->epoch;
+    c->buddy.u[u].next = c->q_head;
+    c->buddy.u[u].prev = p->epoch;
     c->q_head = u;
     c->q_count++;
     p->in_use -= *taken;
@@ -113,15 +178,19 @@ uint64_t fa_pool_sync_end(fa_pool *p, uint32_t e)
         while (*link != FA_BUDDY_NIL) {
             uint32_t u = *link;
             /* Wrap-safe "freed at or before epoch e". */
-            if ((int32_t)(c->buddy.prev[u] - e) <= 0) {
-                *link = c->buddy.next[u];
+            if ((int32_t)(c->buddy.u[u].prev - e) <= 0) {
+                *link = c->buddy.u[u].next;
                 uint64_t bytes = fa_buddy_alloc_bytes(&c->buddy, u);
-                fa_buddy_free_unit(&c->buddy, u);
+                unsigned k = ceil_log2(c->buddy.u[u].units);
+                c->buddy.u[u].next = c->cache[k]; /* into the reuse cache */
+                c->cache[k] = u;
+                c->c_count++;
                 c->q_count--;
                 p->quarantined -= bytes;
+                p->cached += bytes;
                 released += bytes;
             } else {
-                link = &c->buddy.next[u];
+                link = &c->buddy.u[u].next;
             }
         }
     }
@@ -130,6 +199,7 @@ uint64_t fa_pool_sync_end(fa_pool *p, uint32_t e)
 
 bool fa_pool_take_idle_chunk(fa_pool *p, uintptr_t *base)
 {
+    cache_flush(p);
     for (int i = p->nchunks - 1; i >= 0; i--) {
         fa_chunk *c = p->chunks[i];
         if (!fa_buddy_idle(&c->buddy) || c->q_count)

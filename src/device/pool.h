@@ -6,7 +6,14 @@
  * block is quarantined with the pool's current epoch and only returns to
  * the free lists after a device synchronisation that began later
  * (fa_pool_sync_begin/end): work queued before a cudaFree may still write
- * to it, and the real cudaFree would have waited for that work. */
+ * to it, and the real cudaFree would have waited for that work.
+ *
+ * Blocks leaving the quarantine go to a reuse cache, by order, without
+ * merging: a request for the same number of units takes one back in O(1)
+ * (PyTorch asks for the same segment sizes again and again), so the buddy
+ * lists split and merge only when sizes change.  The cache is merged back
+ * into the buddy lists when a request finds no block, and before chunks
+ * are given back. */
 #ifndef FA_POOL_H
 #define FA_POOL_H
 
@@ -21,8 +28,10 @@
 
 typedef struct fa_chunk {
     fa_buddy buddy;
-    uint32_t q_head; /* quarantined allocations, linked through buddy.next; epoch in buddy.prev */
+    uint32_t q_head; /* quarantined allocations, linked through buddy.u[].next; epoch in .prev */
     uint32_t q_count;
+    uint32_t cache[FA_BUDDY_MAX_ORDER + 1]; /* reuse cache by order, linked through .next */
+    uint32_t c_count;
 } fa_chunk;
 
 typedef struct fa_pool {
@@ -34,6 +43,7 @@ typedef struct fa_pool {
     uint64_t in_use;      /* taken by live allocations (whole units) */
     uint64_t requested;   /* asked for by live allocations */
     uint64_t quarantined; /* freed, waiting for a synchronisation */
+    uint64_t cached;      /* in the reuse cache: free, not yet merged */
 } fa_pool;
 
 typedef enum {

@@ -37,6 +37,10 @@ CC = os.environ.get("CC", "gcc")
 CFLAGS = ("-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-pthread")
 C_PROGRAMS = ("measure", "churn", "prodcons", "large_repeat", "release_burst", "proc_start")
 C_HEADERS = ("bench.h",)
+# Built against the stand-in CUDA runtime of tests/device, when the CMake
+# build has it (BUILD/tests/device/libcudart.so.13).
+DEVICE_PROGRAM = "device_pool"
+DEVICE_DIR = os.path.join(REPO_DIR, "tests", "device")
 
 REPS = {"quick": 3, "full": 5}
 RUN_TIMEOUT_S = 600
@@ -75,6 +79,13 @@ MODEL_SIZES_MIB = ("100,160", "150,250,300,400")
 MODEL_CYCLES = (2, 3)
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
+DEVICE_PAIRS = (200_000, 1_000_000)  # cudaMalloc+cudaFree pairs per thread
+DEVICE_METRICS = (
+    ("ns_per_pair", "ns/pair", 1),
+    ("driver_calls_per_1000", "driver calls/1000", 1),
+    ("syncs_per_1000", "syncs/1000", 1),
+    ("waste_pct", "% waste", 1),
+)
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,25 @@ WORKLOADS = (
         allocators=("tcmalloc", "forgealloc", "forgealloc+stats"),
         metrics=(OPS, ("stats_file_bytes", "KB stats file", 1 / 1024)),
     ),
-    # device-pool: the CUDA device-pool workload goes here (added by the lead).
+    # Device pool on the stand-in runtime; "glibc" = no shim: straight to the stand-in.
+    Workload(
+        "device-pool-1t",
+        "cudaMalloc+cudaFree pairs, PyTorch segment sizes, 1 thread",
+        DEVICE_PROGRAM,
+        ("1", DEVICE_PAIRS),
+        env={"FAKECUDA_MEM": "8G"},
+        allocators=("glibc", "forgealloc"),
+        metrics=DEVICE_METRICS,
+    ),
+    Workload(
+        "device-pool-2t",
+        "cudaMalloc+cudaFree pairs, PyTorch segment sizes, 2 threads",
+        DEVICE_PROGRAM,
+        ("2", DEVICE_PAIRS),
+        env={"FAKECUDA_MEM": "8G"},
+        allocators=("glibc", "forgealloc"),
+        metrics=DEVICE_METRICS,
+    ),
 )
 
 
@@ -183,19 +212,28 @@ def discover_allocators(forgealloc_lib, stats_file):
     return {a.name: a for a in allocators}, notes
 
 
-def build_programs(out_dir):
-    """Compile each C workload whose binary is missing or older than its sources."""
+def build_programs(out_dir, cudart_dir):
+    """Compile each C workload whose binary is missing or older than its sources.
+    Returns a note if the device workload cannot be built (no stand-in runtime)."""
     os.makedirs(out_dir, exist_ok=True)
     headers = [os.path.join(BENCH_DIR, h) for h in C_HEADERS]
-    for program in C_PROGRAMS:
-        source = os.path.join(BENCH_DIR, program + ".c")
+    programs = [(p, os.path.join(BENCH_DIR, p + ".c"), headers, []) for p in C_PROGRAMS]
+    note = ""
+    if os.path.exists(os.path.join(cudart_dir, "libcudart.so.13")):
+        flags = ["-I", DEVICE_DIR, "-L", cudart_dir, "-l:libcudart.so.13", f"-Wl,-rpath,{cudart_dir}"]
+        programs.append((DEVICE_PROGRAM, os.path.join(BENCH_DIR, DEVICE_PROGRAM + ".c"),
+                         [os.path.join(DEVICE_DIR, "fakecuda.h")], flags))
+    else:
+        note = f"device-pool: {cudart_dir}/libcudart.so.13 (the stand-in runtime) not built, skipped"
+    for program, source, deps, flags in programs:
         binary = os.path.join(out_dir, program)
-        newest = max(os.path.getmtime(p) for p in [source, *headers])
+        newest = max(os.path.getmtime(p) for p in [source, *deps])
         if os.path.exists(binary) and os.path.getmtime(binary) >= newest:
             continue
-        cmd = [CC, *CFLAGS, "-o", binary, source]
+        cmd = [CC, *CFLAGS, "-o", binary, source, *flags]
         print(" ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True)
+    return note
 
 
 def clean_env():
@@ -439,7 +477,9 @@ def main():
         for note in notes:
             print(f"note: {note}")
         try:
-            build_programs(bin_dir)
+            note = build_programs(bin_dir, os.path.join(build_dir, "tests", "device"))
+            if note:
+                print(f"note: {note}")
         except (OSError, subprocess.CalledProcessError) as e:
             print(f"error: cannot build the workloads: {e}", file=sys.stderr)
             return 1
@@ -454,6 +494,8 @@ def main():
             if not names:
                 print(f"note: {workload.name}: none of its allocators selected, skipped")
                 continue
+            if not workload.program.endswith(".py") and not os.path.exists(os.path.join(bin_dir, workload.program)):
+                continue  # its build was skipped, with a note above
             argv = workload_argv(workload, mode, bin_dir)
             print(f"{workload.name}: {' '.join(argv)}", file=sys.stderr, flush=True)
             chosen = [allocators[n] for n in names]
