@@ -25,9 +25,10 @@ MODELS = [("checkpoint-a", 160), ("checkpoint-b", 240), ("lora", 24), ("vae", 80
 # Tensor sizes cycle through these (bytes): from biases to large weights.
 TENSOR_SIZES = [4 << 10, 64 << 10, 512 << 10, 2 * MiB, 9 * MiB, 24 * MiB]
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "python"), HERE]  # source tree, or installed side by side
 try:
-    import forgealloc  # scripts/python/forgealloc.py, or installed next to this file
+    import forgealloc
 except ImportError:
     forgealloc = None
 

@@ -221,6 +221,10 @@ def case_install():
         check(r.returncode == 0 and "[ok] preload" in r.stdout, f"installed doctor: {r.stdout}")
         r = sh([f"{prefix}/share/forgealloc/entrypoint.sh"] + show_preload(), env(FORGEALLOC_LIB=None, FORGEALLOC_STATS="off"))
         check(r.stdout.strip() == os.path.realpath(libs[0]), f"installed entrypoint: {r!r}")
+        # The image's CMD: the installed demo finds the installed helper.
+        r = sh([f"{prefix}/share/forgealloc/entrypoint.sh", A.python, f"{prefix}/share/forgealloc/demo_launch.py",
+                "--cycles", "1", "--scale", "0.05"], env(FORGEALLOC_LIB=None, FORGEALLOC_STATS_DIR=prefix), timeout=300)
+        check(r.returncode == 0 and "allocator forgealloc" in r.stdout, f"installed demo: {r.stdout} {r.stderr}")
         if shutil.which("pkg-config"):
             r = subprocess.run(["pkg-config", "--variable=preload", "forgealloc"], capture_output=True, text=True,
                                env={**os.environ, "PKG_CONFIG_PATH": os.path.dirname(pcs[0])})
@@ -250,6 +254,15 @@ def case_python_helper():
             "try:\n    forgealloc.stats()\nexcept forgealloc.ForgeallocUnavailable as e:\n    print('unavailable:', e)\n")
     r = sh([A.python, "-c", code], e)
     check(r.returncode == 0 and "forgealloc run" in r.stdout, f"helper without the shim: {r.stdout!r} {r.stderr!r}")
+
+
+def case_demo():
+    """The quick start's demo, under the launcher: timings, RSS, and the stats at exit."""
+    r = sh([launcher(), "run", "--", A.python, os.path.join(A.srcdir, "scripts", "demo_launch.py"), "--cycles", "1",
+            "--scale", "0.1"], timeout=300)
+    check(r.returncode == 0, f"demo failed: {r.stdout} {r.stderr}")
+    check("allocator forgealloc" in r.stdout and re.search(r"after unload\s+\d+ MiB", r.stdout), r.stdout)
+    check(re.search(r"^forgealloc [0-9.]+: pid \d+ .*exit after", r.stderr, re.M), f"stats at exit: {r.stderr!r}")
 
 
 def case_shellcheck():
