@@ -51,10 +51,9 @@ static long temp_owner(const char *name)
     return *c ? -1 : pid;
 }
 
-/* Remove temporaries of processes that no longer exist (killed mid-dump by
- * SIGKILL) from the directory of `path`.  getdents64 on a stack buffer: no
- * malloc, usable at exit and in a signal handler. */
-static void sweep_stale(const char *path)
+/* getdents64 on a stack buffer: no malloc, usable at exit and in a signal
+ * handler. */
+void fa_file_sweep_stale(const char *path)
 {
     char dir[4200];
     const char *slash = strrchr(path, '/');
@@ -112,8 +111,10 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, char *t
         unlink(tmp);
     if (tmp_out && tmp_cap)
         tmp_out[0] = '\0';
-    if (!err)
-        sweep_stale(path);
+    /* Once per process: later (interval) dumps would only rescan. */
+    static int swept;
+    if (!err && !__atomic_exchange_n(&swept, 1, __ATOMIC_RELAXED))
+        fa_file_sweep_stale(path);
     return err;
 }
 

@@ -16,10 +16,14 @@ bool fa_path_expand(const char *tmpl, int pid, char *out, size_t cap);
 /* Write data to path atomically.  Returns 0, or an errno value (the file
  * is then absent and no temporary is left behind).  *tmp_out, if given,
  * receives the temporary's name while it exists so a signal handler can
- * remove it; it is emptied again before return.  After a successful write,
- * temporaries left in the same directory by processes that no longer exist
- * (killed mid-dump) are removed. */
+ * remove it; it is emptied again before return.  After the first
+ * successful write of a process, temporaries left in the same directory by
+ * processes that no longer exist (killed mid-dump) are removed. */
 int fa_file_write_atomic(const char *path, const char *data, size_t len, char *tmp_out, size_t tmp_cap);
+
+/* Remove temporaries that processes no longer alive (killed mid-dump by
+ * SIGKILL) left in the directory of `path`. */
+void fa_file_sweep_stale(const char *path);
 
 /* "Permission denied"-style text for the errno values a stats file meets;
  * "error N" for others.  (strerror may allocate for translations.) */
