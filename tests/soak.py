@@ -48,10 +48,11 @@ def models(stop, samples):
         make = lambda mb: [torch.ones(mb * MB // 4 // 8) for _ in range(8)]  # noqa: E731
     except ImportError:
         make = lambda mb: [bytearray(b"\x01" * (mb * MB // 8)) for _ in range(8)]  # noqa: E731
+    loaded = []
     while not stop.is_set():
-        model = make(rng.randrange(150, 400))
+        loaded.append(make(rng.randrange(150, 400)))
         time.sleep(0.5)
-        del model
+        loaded.clear()
         gc.collect()
         samples.append((time.monotonic(), rss()))
         stop.wait(1.5)

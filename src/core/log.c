@@ -2,6 +2,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 int fa_write_all(int fd, const char *buf, size_t len)
@@ -20,6 +21,20 @@ int fa_write_all(int fd, const char *buf, size_t len)
     }
     errno = saved;
     return err;
+}
+
+long fa_read_file(const char *path, char *buf, size_t cap)
+{
+    int saved = errno;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = -1;
+    if (fd >= 0) {
+        n = read(fd, buf, cap - 1);
+        close(fd);
+    }
+    buf[n > 0 ? n : 0] = '\0';
+    errno = saved;
+    return (long)n;
 }
 
 bool fa_log_enabled(enum fa_log_level level) { return (uint64_t)level <= fa_opt_u64(FA_OPT_LOG); }

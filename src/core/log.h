@@ -14,6 +14,10 @@ bool fa_log_enabled(enum fa_log_level level);
  * or the errno value of the failure; errno itself is left unchanged. */
 int fa_write_all(int fd, const char *buf, size_t len);
 
+/* Read up to cap-1 bytes of a small file (procfs, sysfs) into buf, NUL-
+ * terminated.  Returns the length, or -1.  No stdio: signal-safe. */
+long fa_read_file(const char *path, char *buf, size_t cap);
+
 #define fa_error(...) fa_log(FA_LOG_ERROR, __VA_ARGS__)
 #define fa_warn(...) fa_log(FA_LOG_WARN, __VA_ARGS__)
 #define fa_info(...) fa_log(FA_LOG_INFO, __VA_ARGS__)

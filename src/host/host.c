@@ -514,17 +514,11 @@ int fa_host_malloc_info(int options, FILE *fp)
 static uint64_t read_rss(void)
 {
     char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (fa_read_file("/proc/self/statm", buf, sizeof buf) <= 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
+    const char *c = strchr(buf, ' '); /* "size resident ..." */
+    if (!c)
         return 0;
-    buf[n] = '\0';
-    const char *c = buf;
-    while (*c && *c != ' ')
-        c++;
     uint64_t pages = 0;
     for (c++; *c >= '0' && *c <= '9'; c++)
         pages = pages * 10 + (uint64_t)(*c - '0');

@@ -5,11 +5,10 @@
 #include <gperftools/malloc_extension_c.h>
 #include <gperftools/tcmalloc.h>
 #include <stdbool.h>
-#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
+#include "../core/log.h"
 #include "../core/options.h"
 
 /* Net bytes of large blocks freed since the last check (never negative). */
@@ -152,12 +151,7 @@ static int thp_mode;
 static int read_thp_mode(void)
 {
     char buf[128];
-    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 2;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = '\0';
+    fa_read_file("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf);
     return strstr(buf, "[madvise]") ? 1 : 2;
 }
 

@@ -15,17 +15,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import check_stats_json  # noqa: E402
+from harness import check, run_case  # noqa: E402
 
 A = None
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
 
 
 def run(args, prog="d_pool", **env):
@@ -145,16 +137,7 @@ def main():
     ap.add_argument("--bindir", required=True)
     ap.add_argument("--cudart-dir", required=True)
     A = ap.parse_args()
-    fn = globals().get("case_" + A.case)
-    if not fn:
-        print("unknown case", A.case)
-        return 2
-    try:
-        fn()
-    except Failure as e:
-        print("FAIL:", e)
-        return 1
-    return 0
+    return run_case(globals(), A.case)
 
 
 if __name__ == "__main__":

@@ -15,17 +15,10 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import SKIP, check, run_case  # noqa: E402
+
 A = None
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
 
 
 def env(**extra):
@@ -285,15 +278,7 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
     A = ap.parse_args()
     A.lib = os.path.realpath(A.lib)
-    fn = globals().get("case_" + A.case)
-    if not fn:
-        print("unknown case", A.case)
-        return 2
-    try:
-        return fn() or 0
-    except Failure as e:
-        print("FAIL:", e)
-        return 1
+    return run_case(globals(), A.case)
 
 
 if __name__ == "__main__":

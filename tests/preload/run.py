@@ -20,18 +20,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import check_stats_json  # noqa: E402
+from harness import SKIP, Failure, check, run_case  # noqa: E402
 
-SKIP = 77
 ARGS = None
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
 
 
 def base_env(**extra):
@@ -535,16 +526,7 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
     ARGS = ap.parse_args()
     ARGS.lib = os.path.abspath(ARGS.lib)
-    fn = globals().get("case_" + ARGS.case)
-    if not fn:
-        print("unknown case", ARGS.case)
-        return 2
-    try:
-        rc = fn()
-    except Failure as e:
-        print("FAIL:", e)
-        return 1
-    return rc or 0
+    return run_case(globals(), ARGS.case)
 
 
 if __name__ == "__main__":
