@@ -334,6 +334,9 @@ static const char *lookup(char *const *envp, enum fa_opt_id id)
 
 int fa_options_load(char *const *envp)
 {
+    /* Loading: a log line about a bad value asks fa_opt() for FORGEALLOC_LOG,
+     * which must see the values being loaded, not start a load of its own. */
+    __atomic_store_n(&load_state, 1, __ATOMIC_RELEASE);
     invalid_count = 0;
     for (int i = 0; i < FA_OPT_COUNT; i++)
         set_default((enum fa_opt_id)i);
@@ -378,8 +381,6 @@ const fa_optval *fa_opt(enum fa_opt_id id)
     if (__atomic_load_n(&load_state, __ATOMIC_ACQUIRE) != 2) {
         int expect = 0;
         if (__atomic_compare_exchange_n(&load_state, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            for (int i = 0; i < FA_OPT_COUNT; i++)
-                set_default((enum fa_opt_id)i);
             int bad = fa_options_load(environ);
             if (bad && values[FA_OPT_STRICT].u) {
                 fa_error("FORGEALLOC_STRICT=1 and %d setting%s invalid; refusing to start (fix or unset %s)", bad,

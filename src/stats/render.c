@@ -1,6 +1,7 @@
 /* render.c - text, JSON and Prometheus renderings of one snapshot. */
 #include "render.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "forgealloc.h"
@@ -27,6 +28,10 @@ static uint64_t bucket_max(int i)
 {
     return i == 0 ? 0 : i == FA_HIST_BUCKETS - 1 ? UINT64_MAX : ((uint64_t)1 << i) - 1;
 }
+
+/* The release rate read back from tcmalloc: anything but a plain number
+ * (a program may set any double through tcmalloc's API) reads as unknown. */
+static bool rate_known(double r) { return isfinite(r) && r >= 0 && r < 1e15; }
 
 /* "FORGEALLOC_STATS_FILE" -> "stats_file" */
 static void option_key(fa_buf *b, const char *name)
@@ -67,7 +72,7 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         option_key(&k, d->name);
         json_key(b, kbuf, &first);
         if (i == FA_OPT_RELEASE_RATE) { /* read back from tcmalloc itself */
-            if (s->release_rate >= 0)
+            if (rate_known(s->release_rate))
                 fa_buf_fixed(b, s->release_rate, 3);
             else
                 fa_buf_str(b, "null");
@@ -222,8 +227,11 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     for (int i = 0; i < FA_CALL_COUNT; i++)
         if (i != FA_CALL_free && i != FA_CALL_delete)
             allocs += s->host.calls[i];
-    fa_buf_printf(b, "forgealloc %s: pid %d (%s)%s, %s after ", FORGEALLOC_VERSION, s->pid, s->exe,
-                  s->forked ? ", forked" : "", s->reason ? s->reason : "request");
+    /* exe and blind_reason come from outside: escaped so a newline or a
+     * terminal escape in a path cannot reach the terminal. */
+    fa_buf_printf(b, "forgealloc %s: pid %d (", FORGEALLOC_VERSION, s->pid);
+    fa_buf_quoted_raw(b, s->exe, sizeof s->exe);
+    fa_buf_printf(b, ")%s, %s after ", s->forked ? ", forked" : "", s->reason ? s->reason : "request");
     fa_buf_fixed(b, (double)s->uptime_ms / 1000.0, 3);
     fa_buf_str(b, " s\n");
     fa_buf_str(b, "  host calls:");
@@ -270,8 +278,8 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     fa_buf_str(b, " returns (threshold ");
     fa_buf_bytes(b, fa_opt_u64(FA_OPT_RELEASE_THRESHOLD));
     fa_buf_str(b, "); release rate ");
-    if (s->release_rate >= 0)
-        fa_buf_fixed(b, s->release_rate, s->release_rate == (double)(uint64_t)s->release_rate ? 0 : 2);
+    if (rate_known(s->release_rate))
+        fa_buf_fixed(b, s->release_rate, s->release_rate == floor(s->release_rate) ? 0 : 2);
     else
         fa_buf_str(b, "unknown");
     fa_buf_putc(b, '\n');
@@ -279,8 +287,11 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
         fa_buf_str(b, "  device: no CUDA calls\n");
         return;
     }
-    if (s->device_blind)
-        fa_buf_printf(b, "  device: pool off (%s)\n", s->blind_reason ? s->blind_reason : "blind");
+    if (s->device_blind) {
+        fa_buf_str(b, "  device: pool off (");
+        fa_buf_quoted_raw(b, s->blind_reason ? s->blind_reason : "blind", 200);
+        fa_buf_str(b, ")\n");
+    }
     for (int i = 0; i < s->ndevices; i++) {
         const fa_device_stats *d = &s->dev[i];
         fa_buf_printf(b, "  device %d: pool ", d->device);
