@@ -12,13 +12,20 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libgoogle-perftools-dev)
 for arg in "$@"; do
     case "$arg" in
-    --test) pkgs+=(libcmocka-dev python3 python3-torch libpython3-testsuite shellcheck binutils git clang libclang-rt-14-dev) ;;
+    --test) pkgs+=(libcmocka-dev python3 python3-torch shellcheck binutils git clang libclang-rt-14-dev) ;;
     --bench) pkgs+=(libjemalloc-dev libmimalloc-dev python3 python3-torch gnuplot-nox) ;;
     --demo) pkgs+=(python3 python3-torch) ;;
     -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
     esac
 done
+
+# CPython's own test suite (a subset runs under the shim) is packaged per
+# Python version: libpython3.11-testsuite on Debian 12.
+if [[ " $* " == *" --test "* ]]; then
+    version=$( (/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') 2>/dev/null || echo 3.11)
+    pkgs+=("libpython$version-testsuite")
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

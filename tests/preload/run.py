@@ -478,6 +478,37 @@ def case_hostile_settings():
     check(r.returncode == 2 and r.stdout == "" and "refusing to start" in r.stderr.splitlines()[-1], r.stderr)
 
 
+def case_secure():
+    """A setuid program (AT_SECURE) takes no stats path from the environment: its dump goes to stderr."""
+    import shutil
+    import stat
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        print("needs root and setpriv to make a setuid program - skipped")
+        return SKIP
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    d = tempfile.mkdtemp()
+    try:
+        os.chmod(d, 0o777)  # writable by anyone: only AT_SECURE may stop the file
+        exe = os.path.join(d, "p_secure")
+        shutil.copy(prog("p_secure"), exe)
+        os.chmod(exe, 0o755)
+        env = base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s-%p.json")
+        # Control: without the setuid bit the file is written.
+        r = run(nobody + [exe], preload=False, env=env)
+        check(r.returncode == 0 and len(dumps(d)) == 1, f"control run: {r.returncode} {os.listdir(d)} {r.stderr}")
+        for f in os.listdir(d):
+            if f.endswith(".json"):
+                os.unlink(os.path.join(d, f))
+        os.chmod(exe, 0o755 | stat.S_ISUID)
+        r = run(nobody + [exe], preload=False, env=env)
+        check(r.returncode == 0, f"setuid run failed: {r.stderr}")
+        check(not [f for f in os.listdir(d) if f.endswith(".json")], f"a secure process wrote {os.listdir(d)}")
+        doc = json.loads(r.stderr)
+        check(doc["pid"] > 0 and doc["host"]["calls"]["malloc"] >= 100, "the dump went to stderr instead")
+    finally:
+        shutil.rmtree(d)
+
+
 def case_real_tools():
     """git and gcc work under the shim, and gcc's output is byte-identical."""
     import shutil
