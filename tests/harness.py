@@ -3,8 +3,6 @@
 A driver defines functions named case_<name>; ctest runs `run.py <name> ...`.
 A case passes by returning, fails by raising Failure (through check), and is
 skipped by returning SKIP (ctest's SKIP_RETURN_CODE)."""
-import sys
-
 SKIP = 77
 
 
@@ -28,10 +26,3 @@ def run_case(namespace, name):
     except Failure as e:
         print("FAIL:", e)
         return 1
-
-
-def main(namespace, parser):
-    """Parse the driver's arguments into namespace["ARGS"] and run the case."""
-    args = parser.parse_args()
-    namespace["ARGS"] = args
-    sys.exit(run_case(namespace, args.case))

@@ -137,8 +137,10 @@ static void report_large(size_t n, const char *fn, void *caller)
             size, n, fn, where, sup);
 }
 
-/* Rare path of every allocating call: n >= slow_size. */
-static __attribute__((noinline)) void host_large(void *p, size_t n, const char *fn, void *caller)
+/* The rare end of an allocating call (n >= slow_size), out of line:
+ * first-use initialisation, the report, the release policy, huge pages.
+ * Returns p. */
+static __attribute__((noinline)) void *large_done(void *p, size_t n, const char *fn, void *caller)
 {
     if (__atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
         host_init();
@@ -148,12 +150,6 @@ static __attribute__((noinline)) void host_large(void *p, size_t n, const char *
         fa_release_on_alloc(p, n);
     if (p && n >= FA_HUGEPAGE_MIN && fa_opt_u64(FA_OPT_HUGEPAGES))
         fa_release_advise_huge(p, n);
-}
-
-/* The rare end of an allocating call (n >= slow_size), out of line. */
-static __attribute__((noinline)) void *large_done(void *p, size_t n, const char *fn, void *caller)
-{
-    host_large(p, n, fn, caller);
     return p;
 }
 
