@@ -535,7 +535,7 @@ def case_cpython_suite():
     """A subset of CPython's own tests gives the same result with and without the shim."""
     tests = ["test_json", "test_dict", "test_list", "test_set", "test_gc", "test_bytes", "test_re", "test_io",
              "test_mmap", "test_ctypes", "test_subprocess"]
-    probe = run([ARGS.python, "-c", "import test.libregrtest"], preload=False)
+    probe = run([ARGS.python, "-c", "import test.libregrtest, test.test_json, test.test_subprocess"], preload=False)
     if probe.returncode != 0:
         print("CPython's test suite is not installed (Debian: libpython3-testsuite) - skipped")
         return SKIP
