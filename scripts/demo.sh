@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --demo
-scripts/build.sh >/dev/null
+scripts/build.sh -DFA_TESTS=OFF >/dev/null  # the demo needs no test packages
 exec scripts/forgealloc run -- python3 scripts/demo_launch.py "$@"

@@ -13,7 +13,7 @@ step() { printf '\n== %s\n' "$*"; }
 step "setup"
 scripts/setup.sh --test --bench
 step "build"
-scripts/build.sh
+scripts/build.sh -DFA_TESTS=ON
 step "tests"
 ctest --test-dir "${BUILD:-build}" --output-on-failure -j"$jobs" "$@"
 [[ $# -eq 0 ]] || exit 0
