@@ -160,13 +160,6 @@ static __attribute__((noinline)) void *large_done(void *p, size_t n, const char 
  * policy's table of large blocks says whether it is (a lookup, no call). */
 static inline bool maybe_large(const void *p) { return ((uintptr_t)p & 4095) == 0 && p && fa_release_tracking(); }
 
-static __attribute__((noinline)) void free_maybe_large(void *p)
-{
-    size_t n = fa_release_forget(p);
-    tc_free(p);
-    if (n)
-        fa_release_on_free(n);
-}
 
 static size_t prop(const char *name)
 {
@@ -223,6 +216,26 @@ static bool tc_cache_load(uint64_t out[FA_TC_COUNT], uint64_t *when)
     *when = __atomic_load_n(&tc_cache.when_ms, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     return __atomic_load_n(&tc_cache.seq, __ATOMIC_RELAXED) == a;
+}
+
+/* size 0: unsized; align 0: default alignment.  A sized delete must get
+ * the real size (tcmalloc takes it as the size-class hint). */
+static inline void tc_delete_any(void *p, size_t size, size_t align)
+{
+    if (align)
+        size ? tc_delete_sized_aligned(p, size, align) : tc_delete_aligned(p, align);
+    else
+        size ? tc_delete_sized(p, size) : tc_delete(p);
+}
+
+/* free or delete of a block that may be large: forget it before tcmalloc
+ * gets it back, tell the release policy after. */
+static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, size_t align)
+{
+    size_t n = fa_release_forget(p);
+    tc_delete_any(p, size, align);
+    if (n)
+        fa_release_on_free(n);
 }
 
 /* ---- the malloc family ---------------------------------------------------- */
@@ -305,7 +318,7 @@ void fa_host_free(void *p)
 {
     fa_stats_free(FA_CALL_free);
     if (__builtin_expect(maybe_large(p), 0))
-        free_maybe_large(p);
+        release_maybe_large(p, 0, 0); /* tc_delete(p) is tc_free(p) in tcmalloc */
     else
         tc_free(p);
 }
@@ -423,29 +436,11 @@ void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller)
     return tc_new_any(n, align, nothrow);
 }
 
-/* size 0: unsized; align 0: default alignment.  A sized delete must get
- * the real size (tcmalloc takes it as the size-class hint). */
-static inline void tc_delete_any(void *p, size_t size, size_t align)
-{
-    if (align)
-        size ? tc_delete_sized_aligned(p, size, align) : tc_delete_aligned(p, align);
-    else
-        size ? tc_delete_sized(p, size) : tc_delete(p);
-}
-
-static __attribute__((noinline)) void delete_maybe_large(void *p, size_t size, size_t align)
-{
-    size_t n = fa_release_forget(p);
-    tc_delete_any(p, size, align);
-    if (n)
-        fa_release_on_free(n);
-}
-
 void fa_host_delete(void *p, size_t size, size_t align)
 {
     fa_stats_free(FA_CALL_delete);
     if (__builtin_expect(maybe_large(p), 0))
-        delete_maybe_large(p, size, align);
+        release_maybe_large(p, size, align);
     else
         tc_delete_any(p, size, align);
 }
