@@ -300,15 +300,32 @@ static bool pool_alloc(devstate *d, size_t n, void **out)
 
 /* Synchronise device `dev` and free what was quarantined before.  False if
  * there was nothing to free, a capture is running, or the sync failed. */
-static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
+/* A device synchronisation is starting: if d has quarantined blocks, true
+ * and *e, the epoch whose blocks it will make safe to reuse. */
+static bool epoch_begin(devstate *d, uint32_t *e)
 {
-    if (capturing() || !rt->cudaDeviceSynchronize)
-        return false;
     pthread_mutex_lock(&lock);
     bool any = d->state == READY && d->pool.quarantined > 0;
-    uint32_t e = any ? fa_pool_sync_begin(&d->pool) : 0;
+    if (any)
+        *e = fa_pool_sync_begin(&d->pool);
     pthread_mutex_unlock(&lock);
-    if (!any)
+    return any;
+}
+
+/* The synchronisation begun at epoch e succeeded: release its blocks. */
+static void epoch_end(devstate *d, uint32_t e)
+{
+    pthread_mutex_lock(&lock);
+    if (d->state == READY)
+        fa_pool_sync_end(&d->pool, e);
+    sync_stats(d);
+    pthread_mutex_unlock(&lock);
+}
+
+static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
+{
+    uint32_t e;
+    if (capturing() || !rt->cudaDeviceSynchronize || !epoch_begin(d, &e))
         return false;
     bool clear = error_clear(rt);
     int cur = current_device(rt);
@@ -324,11 +341,7 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
         absorb(rt, clear);
         return false;
     }
-    pthread_mutex_lock(&lock);
-    if (d->state == READY)
-        fa_pool_sync_end(&d->pool, e);
-    sync_stats(d);
-    pthread_mutex_unlock(&lock);
+    epoch_end(d, e);
     return true;
 }
 
@@ -485,22 +498,10 @@ fa_cuda_error fa_device_synchronize(void)
     int dev = current_device(rt);
     devstate *d = dev >= 0 ? &devs[dev] : NULL;
     uint32_t e = 0;
-    bool any = false;
-    if (d) {
-        pthread_mutex_lock(&lock);
-        any = d->state == READY && d->pool.quarantined > 0;
-        if (any)
-            e = fa_pool_sync_begin(&d->pool);
-        pthread_mutex_unlock(&lock);
-    }
+    bool any = d && epoch_begin(d, &e);
     fa_cuda_error r = rt->cudaDeviceSynchronize();
-    if (r == 0 && any) { /* the application's sync frees our quarantine too */
-        pthread_mutex_lock(&lock);
-        if (d->state == READY)
-            fa_pool_sync_end(&d->pool, e);
-        sync_stats(d);
-        pthread_mutex_unlock(&lock);
-    }
+    if (r == 0 && any) /* the application's sync frees our quarantine too */
+        epoch_end(d, e);
     return r;
 }
 
