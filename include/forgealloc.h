@@ -42,10 +42,15 @@ FA_API size_t forgealloc_stats_json(char *buf, size_t len);
 FA_API int forgealloc_stats_write(int fd, const char *format);
 
 /* Read one number by its JSON key, e.g. "host.calls.malloc",
- * "host.bytes_requested", "host.tcmalloc.heap_size" or
+ * "host.bytes_requested", "host.interposed", "host.tcmalloc.heap_size" or
  * "device.0.pool_bytes" (device index into device.devices[]).
  * Returns 0 and sets *value, or -1 if the key is unknown. */
 FA_API int forgealloc_stat(const char *key, uint64_t *value);
+
+/* Path of the library that serves malloc for the process: this library
+ * when it comes first in the preload order, else the allocator ahead of it
+ * (then forgealloc_stat("host.interposed") is 0).  "" if unknown. */
+FA_API const char *forgealloc_malloc_served_by(void);
 
 /* Return free memory held by the allocator to the operating system.
  * Returns the number of bytes returned. */

@@ -38,9 +38,15 @@ def problems(doc):
         need(calls, key, "host.calls.", int)
     for key in ["bytes_requested", "large_allocs", "rss_bytes", "peak_rss_bytes"]:
         need(host, key, "host.", int)
+    need(host, "interposed", "host.", bool)
+    if "served_by" not in host or not (host["served_by"] is None or isinstance(host["served_by"], str)):
+        out.append("host.served_by is missing or neither a string nor null")
     tc = need(host, "tcmalloc", "host.", dict) or {}
     for key in TCMALLOC:
         need(tc, key, "host.tcmalloc.")
+    # Another allocator serves malloc: tcmalloc's numbers are not the process's.
+    if tc.get("serves_malloc") is False and any(tc.get(key) is not None for key in TCMALLOC):
+        out.append("host.tcmalloc has numbers although another allocator serves malloc")
     device = need(doc, "device", "", dict) or {}
     devices = need(device, "devices", "device.", list) or []
     for i, dev in enumerate(devices):

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../host/host.h"
+#include "../host/served.h"
 #include "../stats/report.h"
 #include "forgealloc.h"
 #include "options.h"
@@ -58,11 +59,16 @@ static int lookup(const fa_snapshot *s, const char *key, uint64_t *v)
         return -1;
     }
     if (strncmp(key, "device.", 7) == 0 && key[7] >= '0' && key[7] <= '9') {
+        /* The index is checked against ndevices digit by digit, so no
+         * number of digits can overflow it. */
         const char *c = key + 7;
         int idx = 0;
-        while (*c >= '0' && *c <= '9')
+        while (*c >= '0' && *c <= '9') {
             idx = idx * 10 + (*c++ - '0');
-        if (*c++ != '.' || idx >= s->ndevices)
+            if (idx >= s->ndevices)
+                return -1;
+        }
+        if (*c++ != '.')
             return -1;
         const fa_device_stats *d = &s->dev[idx];
         if (strcmp(c, "device") == 0)
@@ -86,6 +92,7 @@ static int lookup(const fa_snapshot *s, const char *key, uint64_t *v)
         {"host.releases", s->releases},
         {"host.released_bytes", s->released_bytes},
         {"host.thread_records", s->stat_records},
+        {"host.interposed", s->malloc_server == FA_SERVER_SELF},
         {"device.devices", (uint64_t)s->ndevices},
     };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
@@ -102,6 +109,8 @@ FA_API int forgealloc_stat(const char *key, uint64_t *value)
     fa_snapshot_take(&s, "request", false);
     return lookup(&s, key, value);
 }
+
+FA_API const char *forgealloc_malloc_served_by(void) { return fa_host_served_by(); }
 
 FA_API size_t forgealloc_release(void) { return fa_host_release_all(); }
 

@@ -15,6 +15,7 @@
 
 #include "../device/device.h"
 #include "../host/host.h"
+#include "../host/served.h"
 #include "../stats/report.h"
 #include "../stats/stats.h"
 #include "fmt.h"
@@ -126,6 +127,7 @@ static void fork_child(void)
 __attribute__((constructor)) static void fa_start(void)
 {
     fa_host_start();
+    fa_host_served_check();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     if (fa_opt_u64(FA_OPT_STATS) != FA_STATS_OFF && fa_opt_u64(FA_OPT_STATS_ON_SIGNAL))
         install_signal_dump();

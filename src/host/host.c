@@ -31,6 +31,7 @@
 #include "../stats/snapshot.h"
 #include "../stats/stats.h"
 #include "release.h"
+#include "served.h"
 
 /* tcmalloc's C++ entry points (gperftools/tcmalloc.h declares them for C++
  * only), with their C ABI: std::align_val_t is a size_t and a
@@ -547,6 +548,7 @@ void fa_host_fill(fa_snapshot *s)
     s->uptime_ms = (uint64_t)(now.tv_sec - start_time.tv_sec) * 1000u +
                    (uint64_t)((now.tv_nsec - start_time.tv_nsec) / 1000000);
     s->time_unix_ms = now_ms(CLOCK_REALTIME);
+    fa_host_served_fill(s);
     errno = saved;
 }
 

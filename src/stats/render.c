@@ -154,6 +154,15 @@ void fa_render_json(fa_buf *b, const fa_snapshot *s)
     json_u64(b, "releases", s->releases, &first);
     json_u64(b, "released_bytes", s->released_bytes, &first);
     json_u64(b, "thread_records", s->stat_records, &first);
+    /* Who serves malloc: when it is not forgealloc, the calls above are
+     * only those that reached it anyway. */
+    json_key(b, "interposed", &first);
+    fa_buf_str(b, s->malloc_server == FA_SERVER_SELF ? "true" : "false");
+    json_key(b, "served_by", &first);
+    if (s->served_by && s->served_by[0])
+        fa_buf_json_str(b, s->served_by);
+    else
+        fa_buf_str(b, "null");
     json_key(b, "size_histogram", &first);
     fa_buf_putc(b, '[');
     bool hfirst = true;
@@ -177,6 +186,8 @@ void fa_render_json(fa_buf *b, const fa_snapshot *s)
     bool tfirst = true;
     json_key(b, "valid", &tfirst);
     fa_buf_str(b, s->tc_valid ? "true" : "false");
+    json_key(b, "serves_malloc", &tfirst);
+    fa_buf_str(b, s->malloc_server == FA_SERVER_OTHER ? "false" : "true");
     json_u64(b, "age_ms", s->tc_age_ms, &tfirst);
     for (int i = 0; i < FA_TC_COUNT; i++) {
         json_key(b, fa_tc_keys[i], &tfirst);
@@ -243,6 +254,13 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     }
     if (!allocs && !s->host.calls[FA_CALL_free] && !s->host.calls[FA_CALL_delete])
         fa_buf_str(b, " none");
+    if (s->malloc_server != FA_SERVER_SELF) {
+        fa_buf_str(b, "\n  malloc served by ");
+        fa_buf_quoted_raw(b, s->served_by && s->served_by[0] ? s->served_by : "another library", 300);
+        fa_buf_str(b, s->malloc_server == FA_SERVER_SAME_TCMALLOC
+                          ? " ahead of forgealloc: its calls are not counted; the tcmalloc numbers are the process's"
+                          : " ahead of forgealloc: its calls are not counted and it has no tcmalloc numbers");
+    }
     fa_buf_str(b, "\n  requested: ");
     fa_buf_bytes(b, s->host.bytes_requested);
     fa_buf_str(b, " in ");
@@ -345,17 +363,23 @@ static void prom_metric(fa_buf *b, const fa_snapshot *s, const char *name, const
     prom_value(b, s, name, NULL, v);
 }
 
+/* A label value from outside (a path): escape \\ and ", replace controls. */
+static void prom_label_value(fa_buf *b, const char *v)
+{
+    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            fa_buf_putc(b, '\\');
+        fa_buf_putc(b, *c < 0x20 || *c >= 0x7f ? '?' : (char)*c);
+    }
+}
+
 void fa_render_prometheus(fa_buf *b, const fa_snapshot *s)
 {
     char lbuf[160];
     fa_buf l;
     prom_head(b, "info", "gauge", "forgealloc version and process");
     fa_buf_printf(b, "forgealloc_info{pid=\"%d\",version=\"%s\",exe=\"", s->pid, FORGEALLOC_VERSION);
-    for (const unsigned char *c = (const unsigned char *)s->exe; *c; c++) {
-        if (*c == '\\' || *c == '"')
-            fa_buf_putc(b, '\\');
-        fa_buf_putc(b, *c < 0x20 || *c >= 0x7f ? '?' : (char)*c); /* label values: escape \\ and " only */
-    }
+    prom_label_value(b, s->exe);
     fa_buf_str(b, "\"} 1\n");
     prom_head(b, "host_calls_total", "counter", "calls that entered the shim, per function");
     for (int i = 0; i < FA_CALL_COUNT; i++) {
@@ -377,6 +401,10 @@ void fa_render_prometheus(fa_buf *b, const fa_snapshot *s)
     prom_value(b, s, "host_alloc_size_bytes_count", NULL, cum);
     prom_metric(b, s, "host_large_allocs_total", "counter", "allocations at or above the large-allocation threshold",
                 s->host.large_allocs);
+    prom_head(b, "host_interposed", "gauge", "1 when forgealloc serves malloc, 0 when the library in served_by does");
+    fa_buf_printf(b, "forgealloc_host_interposed{pid=\"%d\",served_by=\"", s->pid);
+    prom_label_value(b, s->served_by ? s->served_by : "");
+    fa_buf_printf(b, "\"} %d\n", s->malloc_server == FA_SERVER_SELF);
     prom_metric(b, s, "host_rss_bytes", "gauge", "resident set size", s->rss_bytes);
     prom_metric(b, s, "host_peak_rss_bytes", "gauge", "peak resident set size", s->peak_rss_bytes);
     prom_metric(b, s, "host_releases_total", "counter", "returns of free memory to the OS made by forgealloc",

@@ -76,6 +76,14 @@ extern const char *const fa_pt_names[FA_PT_COUNT];
 
 #define FA_MAX_DEVICES 16
 
+/* Who serves malloc for the process: the definition the global symbol
+ * lookup finds, decided once at start. */
+enum fa_malloc_server {
+    FA_SERVER_SELF,          /* forgealloc: every call counted */
+    FA_SERVER_SAME_TCMALLOC, /* the tcmalloc forgealloc calls, ahead of it: its numbers are the process's */
+    FA_SERVER_OTHER,         /* another allocator (jemalloc, glibc, ...): tcmalloc's numbers are not */
+};
+
 typedef struct fa_snapshot {
     /* process */
     int pid, ppid;
@@ -101,6 +109,9 @@ typedef struct fa_snapshot {
     uint64_t passthrough[FA_PT_COUNT];
     int ndevices;
     fa_device_stats dev[FA_MAX_DEVICES];
+    /* who serves malloc (zero: forgealloc, path unknown) */
+    enum fa_malloc_server malloc_server;
+    const char *served_by; /* path of the library that serves malloc; NULL or "" if unknown */
 } fa_snapshot;
 
 #endif

@@ -120,6 +120,50 @@ static void test_text(void **state)
     assert_non_null(strstr(t, "device: no CUDA calls"));
 }
 
+/* Another allocator ahead of forgealloc: every format says so, and none
+ * shows tcmalloc's numbers as the process's. */
+static void test_served_by_other(void **state)
+{
+    (void)state;
+    fill(&snap);
+    snap.malloc_server = FA_SERVER_OTHER;
+    snap.served_by = "/usr/lib/libjemalloc.so.2";
+    snap.tc_valid = false; /* what the host fill does for another allocator */
+    const char *j = render(FA_STATS_JSON);
+    assert_true(fa_python_check("import runpy,sys; sys.argv=[\"c\"]; runpy.run_path(\"" FA_TEST_SRCDIR
+                                "/tests/check_stats_json.py\", run_name=\"__main__\")",
+                                j));
+    assert_true(fa_python_check("import json,sys; d=json.load(sys.stdin); h=d[\"host\"]; "
+                                "assert h[\"interposed\"] is False and h[\"served_by\"]==\"/usr/lib/libjemalloc.so.2\"; "
+                                "assert h[\"tcmalloc\"][\"serves_malloc\"] is False; "
+                                "assert h[\"tcmalloc\"][\"heap_size\"] is None",
+                                j));
+    const char *t = render(FA_STATS_TEXT);
+    assert_non_null(strstr(t, "malloc served by /usr/lib/libjemalloc.so.2 ahead of forgealloc"));
+    assert_null(strstr(t, "tcmalloc: in use"));
+    const char *p = render(FA_STATS_PROMETHEUS);
+    assert_non_null(strstr(p, "forgealloc_host_interposed{pid=\"4242\",served_by=\"/usr/lib/libjemalloc.so.2\"} 0\n"));
+    assert_null(strstr(p, "forgealloc_tcmalloc_"));
+    /* The same tcmalloc ahead of forgealloc: its numbers are the process's. */
+    fill(&snap);
+    snap.malloc_server = FA_SERVER_SAME_TCMALLOC;
+    snap.served_by = "/usr/lib/libtcmalloc_minimal.so.4";
+    j = render(FA_STATS_JSON);
+    assert_true(fa_python_check("import json,sys; d=json.load(sys.stdin); h=d[\"host\"]; "
+                                "assert h[\"interposed\"] is False and h[\"tcmalloc\"][\"serves_malloc\"] is True; "
+                                "assert h[\"tcmalloc\"][\"heap_size\"]==2<<20",
+                                j));
+    t = render(FA_STATS_TEXT);
+    assert_non_null(strstr(t, "the tcmalloc numbers are the process's"));
+    /* Ours (a zeroed snapshot): interposed. */
+    fill(&snap);
+    j = render(FA_STATS_JSON);
+    assert_true(fa_python_check("import json,sys; d=json.load(sys.stdin); "
+                                "assert d[\"host\"][\"interposed\"] is True and d[\"host\"][\"served_by\"] is None",
+                                j));
+    assert_null(strstr(render(FA_STATS_TEXT), "malloc served by"));
+}
+
 static void test_truncation(void **state)
 {
     (void)state;
@@ -139,7 +183,7 @@ int main(void)
     fa_options_load(none);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_contract), cmocka_unit_test(test_prometheus_lines),
-        cmocka_unit_test(test_text), cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_text), cmocka_unit_test(test_served_by_other), cmocka_unit_test(test_truncation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
