@@ -259,7 +259,7 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
         fa_buf_quoted_raw(b, s->served_by && s->served_by[0] ? s->served_by : "another library", 300);
         fa_buf_str(b, s->malloc_server == FA_SERVER_SAME_TCMALLOC
                           ? " ahead of forgealloc: its calls are not counted; the tcmalloc numbers are the process's"
-                          : " ahead of forgealloc: its calls are not counted and it has no tcmalloc numbers");
+                          : " ahead of forgealloc: its calls are not counted and its heap is not shown");
     }
     fa_buf_str(b, "\n  requested: ");
     fa_buf_bytes(b, s->host.bytes_requested);

@@ -256,6 +256,109 @@ def case_release_rate():
     check(doc["config"]["release_rate"] == 3.0, f"release rate read back: {doc['config']['release_rate']}")
 
 
+# ---- who serves malloc ------------------------------------------------------------
+
+def system_lib(name):
+    """The absolute path of a system library such as libjemalloc.so.2, or None."""
+    found = glob.glob(f"/usr/lib/*/{name}") + glob.glob(f"/lib/*/{name}") + glob.glob(f"/usr/lib/{name}")
+    return found[0] if found else None
+
+
+def served_run(preload, **env):
+    """p_large (malloc and free only: other allocators lack some of the family) under `preload`, a list:
+    (stderr lines, the JSON dump)."""
+    r = run([prog("p_large"), "1M"], preload=False, env=base_env(LD_PRELOAD=" ".join(preload), **env))
+    check(r.returncode == 0, f"p_large under {preload} exited {r.returncode}: {r.stderr}")
+    quiet = r.stderr.splitlines()
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_large"), "1M"], preload=False,
+                env=base_env(**{"LD_PRELOAD": " ".join(preload), "FORGEALLOC_STATS": "json",
+                                "FORGEALLOC_STATS_FILE": f"{d}/%p.json", "FORGEALLOC_LOG": "error", **env}))
+        docs = list(dumps(d).values())
+    check(r.returncode == 0 and len(docs) == 1, f"dump under {preload}: {r.returncode} {len(docs)} {r.stderr}")
+    problems = check_stats_json.problems(docs[0])
+    check(not problems, f"stats JSON breaks the contract: {problems}")
+    return quiet, docs[0]
+
+
+def case_served_ours_first():
+    """forgealloc first, tcmalloc after it: it serves, counts, and prints nothing at all."""
+    tc = system_lib("libtcmalloc_minimal.so.4")
+    for preload in ([ARGS.lib], [ARGS.lib, tc]):
+        lines, doc = served_run(preload)
+        check(lines == [], f"{preload}: printed {lines}")
+        host = doc["host"]
+        check(host["interposed"] is True and os.path.realpath(host["served_by"]) == os.path.realpath(ARGS.lib),
+              f"{preload}: interposed {host['interposed']}, served by {host['served_by']}")
+        check(host["calls"]["malloc"] >= 1 and host["tcmalloc"]["serves_malloc"] is True, f"{preload}: {host}")
+
+
+def case_served_tcmalloc_first():
+    """tcmalloc ahead of forgealloc: one line naming it and the fix; its numbers are the process's."""
+    for name in ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"):
+        tc = system_lib(name)
+        if not tc:
+            check(name != "libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so.4 not found")
+            print(f"{name} not installed - that order not tried")
+            continue
+        lines, doc = served_run([tc, ARGS.lib])
+        check(len(lines) == 1, f"{name} first: expected one line, got {lines}")
+        check(lines[0].startswith("forgealloc: malloc is served by ") and name in lines[0] and "LD_PRELOAD" in lines[0]
+              and "libforgealloc.so first" in lines[0], f"{name} first: {lines[0]}")
+        host = doc["host"]
+        check(host["interposed"] is False and os.path.basename(host["served_by"]) == name,
+              f"{name} first: interposed {host['interposed']}, served by {host['served_by']}")
+        check(host["calls"]["malloc"] == 0, f"{name} first: forgealloc counted {host['calls']['malloc']} mallocs")
+        tcm = host["tcmalloc"]
+        check(tcm["serves_malloc"] is True and tcm["valid"] and tcm["heap_size"] > 0, f"{name} first: {tcm}")
+        lines, _ = served_run([tc, ARGS.lib], FORGEALLOC_LOG="error")
+        check(lines == [], f"FORGEALLOC_LOG=error still printed {lines}")
+
+
+def case_served_jemalloc_first():
+    """jemalloc ahead of forgealloc: one line; the dump has no tcmalloc numbers."""
+    je = system_lib("libjemalloc.so.2")
+    if not je:
+        print("libjemalloc.so.2 not installed (Debian: libjemalloc2) - skipped")
+        return SKIP
+    lines, doc = served_run([je, ARGS.lib])
+    check(len(lines) == 1 and "libjemalloc.so.2" in lines[0] and "LD_PRELOAD" in lines[0], f"jemalloc first: {lines}")
+    host = doc["host"]
+    check(host["interposed"] is False and os.path.basename(host["served_by"]) == "libjemalloc.so.2", f"{host}")
+    tcm = host["tcmalloc"]
+    check(tcm["serves_malloc"] is False and all(tcm[k] is None for k in check_stats_json.TCMALLOC),
+          f"tcmalloc numbers shown for a jemalloc process: {tcm}")
+    with tempfile.TemporaryDirectory() as d:
+        for fmt in ("text", "prometheus"):
+            r = run([prog("p_large"), "1M"], preload=False,
+                    env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_STATS=fmt, FORGEALLOC_LOG="error"))
+            check("tcmalloc" not in r.stderr.replace("served by", ""), f"{fmt} dump shows tcmalloc: {r.stderr}")
+            check("libjemalloc.so.2" in r.stderr, f"{fmt} dump does not name jemalloc: {r.stderr}")
+
+
+def case_served_python():
+    """A program built without PIE that takes malloc's address (python3) is not mistaken for the allocator."""
+    code = ("import ctypes; l = ctypes.CDLL(None); l.forgealloc_malloc_served_by.restype = ctypes.c_char_p\n"
+            "v = ctypes.c_uint64(); assert l.forgealloc_stat(b'host.interposed', ctypes.byref(v)) == 0\n"
+            "print(l.forgealloc_malloc_served_by().decode(), v.value)\n")
+    r = run([ARGS.python, "-c", code])
+    check(r.returncode == 0 and r.stderr == "", f"python under the shim: {r.stderr}")
+    path, interposed = r.stdout.split()
+    check(os.path.realpath(path) == os.path.realpath(ARGS.lib) and interposed == "1", f"served by {r.stdout!r}")
+
+
+def case_api_bad_keys():
+    """forgealloc_stat answers -1 for device indexes that overflow an int (it crashed, or returned garbage)."""
+    code = ("import ctypes; l = ctypes.CDLL(None); v = ctypes.c_uint64(77)\n"
+            "for k in (b'device.2147483648.device', b'device.4294967295.device', b'device.99999999999999999999.device',"
+            " b'device.0.device', b'device.1', b'device.', b'host.calls.nope', b''):\n"
+            "    print(k.decode(), l.forgealloc_stat(k, ctypes.byref(v)), v.value)\n")
+    r = run([ARGS.python, "-c", code])
+    check(r.returncode == 0, f"forgealloc_stat crashed the process ({r.returncode}): {r.stderr[-500:]}")
+    rows = [line.split() for line in r.stdout.splitlines()]
+    check(len(rows) == 8 and all(row[-2] == "-1" and row[-1] == "77" for row in rows), f"bad keys: {r.stdout}")
+
+
 # ---- real clients -------------------------------------------------------------------
 
 PY_WORK = ("import json\n"
