@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <stdio.h> /* rename */
 #include <string.h>
 #include <unistd.h>
@@ -14,13 +15,35 @@
 #include "../core/fmt.h"
 #include "../core/log.h"
 
-bool fa_path_expand(const char *tmpl, int pid, char *out, size_t cap)
+void fa_path_parts_here(fa_path_parts *parts, int pid, uint64_t start_unix_ms)
+{
+    parts->pid = pid;
+    parts->start_unix_ms = start_unix_ms;
+    struct utsname u;
+    const char *h = uname(&u) == 0 && u.nodename[0] ? u.nodename : "localhost";
+    size_t i = 0;
+    for (; h[i] && i < sizeof parts->host - 1; i++) {
+        char c = h[i];
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                     c == '-' || c == '_';
+        parts->host[i] = plain ? c : '_'; /* a file name part: no '/' */
+    }
+    parts->host[i] = '\0';
+}
+
+bool fa_path_expand(const char *tmpl, const fa_path_parts *parts, char *out, size_t cap)
 {
     fa_buf b;
     fa_buf_init(&b, out, cap);
     for (const char *c = tmpl; *c; c++) {
         if (c[0] == '%' && c[1] == 'p') {
-            fa_buf_i64(&b, pid);
+            fa_buf_i64(&b, parts->pid);
+            c++;
+        } else if (c[0] == '%' && c[1] == 'h') {
+            fa_buf_str(&b, parts->host);
+            c++;
+        } else if (c[0] == '%' && c[1] == 't') {
+            fa_buf_u64(&b, parts->start_unix_ms);
             c++;
         } else if (c[0] == '%' && c[1] == '%') {
             fa_buf_putc(&b, '%');
@@ -32,19 +55,41 @@ bool fa_path_expand(const char *tmpl, int pid, char *out, size_t cap)
     return !fa_buf_overflowed(&b) && b.len > 0;
 }
 
-/* "<anything>.tmp-<pid>-<seq>": one of our temporaries; returns its pid. */
-static long temp_owner(const char *name)
+bool fa_file_ns_tag(char out[17])
+{
+    char boot[64], ns[64];
+    if (fa_read_file("/proc/sys/kernel/random/boot_id", boot, sizeof boot) <= 0)
+        return false;
+    ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    if (n <= 0)
+        return false;
+    ns[n] = '\0';
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
+    for (const char *c = boot; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (const char *c = ns; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (int i = 15; i >= 0; i--, h >>= 4)
+        out[i] = "0123456789abcdef"[h & 15];
+    out[16] = '\0';
+    return true;
+}
+
+/* "<anything>.tmp-<tag>-<pid>-<seq>" with our own tag: one of our
+ * temporaries, made by a process of our pid namespace; returns its pid.
+ * Anything else (another container's, an older name) is not provably ours. */
+static long temp_owner(const char *name, const char *tag)
 {
     const char *t = NULL;
     for (const char *c = name; (c = strstr(c, ".tmp-")); c++)
         t = c;
-    if (!t)
+    if (!t || strncmp(t + 5, tag, 16) != 0 || t[21] != '-')
         return -1;
     long pid = 0;
-    const char *c = t + 5;
-    for (; *c >= '0' && *c <= '9'; c++)
+    const char *c = t + 22;
+    for (; *c >= '0' && *c <= '9' && pid < 100000000; c++)
         pid = pid * 10 + (*c - '0');
-    if (c == t + 5 || *c++ != '-' || *c < '0' || *c > '9')
+    if (c == t + 22 || *c++ != '-' || *c < '0' || *c > '9')
         return -1;
     while (*c >= '0' && *c <= '9')
         c++;
@@ -52,9 +97,14 @@ static long temp_owner(const char *name)
 }
 
 /* getdents64 on a stack buffer: no malloc, usable at exit and in a signal
- * handler. */
+ * handler.  A temporary is removed only when it carries our namespace tag
+ * (same kernel boot, same pid namespace) and its pid is gone: on a volume
+ * shared between containers, another container's pids mean nothing here. */
 void fa_file_sweep_stale(const char *path)
 {
+    char tag[17];
+    if (!fa_file_ns_tag(tag))
+        return;
     char dir[4200];
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
@@ -73,7 +123,7 @@ void fa_file_sweep_stale(const char *path)
         for (long off = 0; off < got;) {
             struct dirent64 *e = (struct dirent64 *)(buf + off);
             off += e->d_reclen;
-            long pid = temp_owner(e->d_name);
+            long pid = temp_owner(e->d_name, tag);
             if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
                 unlinkat(fd, e->d_name, 0);
         }
@@ -87,14 +137,19 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, char *t
     char tmp[4200];
     fa_buf b;
     fa_buf_init(&b, tmp, sizeof tmp);
-    fa_buf_printf(&b, "%s.tmp-%d-%u", path, (int)getpid(), __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+    /* The tag makes the name unique across containers sharing the
+     * directory; without one (no /proc) nothing is provably ours. */
+    char tag[17];
+    bool ours = fa_file_ns_tag(tag);
+    fa_buf_printf(&b, "%s.tmp-%s-%d-%u", path, ours ? tag : "untagged", (int)getpid(),
+                  __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
     if (fa_buf_overflowed(&b))
         return ENAMETOOLONG;
     int fd = -1;
     for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 && errno == EEXIST && attempt == 0)
-            unlink(tmp); /* left by a killed process with our pid; unlink never follows */
+        if (fd < 0 && errno == EEXIST && attempt == 0 && ours)
+            unlink(tmp); /* left by a killed process of our namespace with our pid; unlink never follows */
         else if (fd < 0)
             return errno;
     }

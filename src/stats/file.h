@@ -9,20 +9,40 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-/* Expand "%p" to pid and "%%" to "%" in tmpl.  False if it does not fit. */
-bool fa_path_expand(const char *tmpl, int pid, char *out, size_t cap);
+/* What a stats path pattern expands to.  Pids repeat across containers
+ * and restarts; hostname (Docker sets the container id) and start time
+ * tell those apart. */
+typedef struct fa_path_parts {
+    int pid;                /* %p */
+    char host[65];          /* %h: the hostname, '/' and other odd bytes as '_' */
+    uint64_t start_unix_ms; /* %t: when forgealloc started in the process, Unix milliseconds */
+} fa_path_parts;
+
+/* The parts for this process (uname: async-signal-safe, no malloc). */
+void fa_path_parts_here(fa_path_parts *parts, int pid, uint64_t start_unix_ms);
+
+/* Expand "%p", "%h", "%t" and "%%" in tmpl.  False if it does not fit. */
+bool fa_path_expand(const char *tmpl, const fa_path_parts *parts, char *out, size_t cap);
+
+/* 16 hex digits naming this kernel boot and pid namespace: a temporary
+ * with our tag was made by a process whose pid means the same here.
+ * False when /proc cannot tell. */
+bool fa_file_ns_tag(char out[17]);
 
 /* Write data to path atomically.  Returns 0, or an errno value (the file
  * is then absent and no temporary is left behind).  *tmp_out, if given,
  * receives the temporary's name while it exists so a signal handler can
  * remove it; it is emptied again before return.  After the first
  * successful write of a process, temporaries left in the same directory by
- * processes that no longer exist (killed mid-dump) are removed. */
+ * processes of our pid namespace that no longer exist (killed mid-dump) are
+ * removed. */
 int fa_file_write_atomic(const char *path, const char *data, size_t len, char *tmp_out, size_t tmp_cap);
 
-/* Remove temporaries that processes no longer alive (killed mid-dump by
- * SIGKILL) left in the directory of `path`. */
+/* Remove temporaries that processes of our pid namespace, no longer alive
+ * (killed mid-dump by SIGKILL), left in the directory of `path`; never
+ * another namespace's (a volume shared between containers). */
 void fa_file_sweep_stale(const char *path);
 
 /* "Permission denied"-style text for the errno values a stats file meets;

@@ -72,6 +72,22 @@ size_t fa_report_json(char *buf, size_t len, const char *reason)
     return b.need;
 }
 
+/* %t of the stats path: fixed at the first dump of the process so every
+ * later dump (interval, exit) goes to the same file. */
+static uint64_t start_ms;
+
+static uint64_t start_unix_ms(const fa_snapshot *s)
+{
+    uint64_t t = __atomic_load_n(&start_ms, __ATOMIC_RELAXED);
+    if (t == 0) {
+        t = s->time_unix_ms > s->uptime_ms ? s->time_unix_ms - s->uptime_ms : s->time_unix_ms;
+        uint64_t expect = 0;
+        if (!__atomic_compare_exchange_n(&start_ms, &expect, t, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            t = expect;
+    }
+    return t;
+}
+
 static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
 
 void fa_report_configured(const char *reason, bool in_signal)
@@ -103,14 +119,16 @@ void fa_report_configured(const char *reason, bool in_signal)
     } else {
         char path[4200];
         int err = ENAMETOOLONG;
-        if (fa_path_expand(tmpl, s->pid, path, sizeof path))
+        fa_path_parts parts;
+        fa_path_parts_here(&parts, s->pid, start_unix_ms(s));
+        bool expanded = fa_path_expand(tmpl, &parts, path, sizeof path);
+        if (expanded)
             err = fa_file_write_atomic(path, b.p, b.len, tmp, sizeof tmp_main);
         if (err && !warned_write) {
             warned_write = true;
             char eb[32];
             fa_warn("cannot write stats to '%s': %s; set FORGEALLOC_STATS_FILE to a writable path, or - for stderr",
-                    fa_path_expand(tmpl, s->pid, path, sizeof path) ? path : tmpl,
-                    fa_errno_text(err, eb, sizeof eb));
+                    expanded ? path : tmpl, fa_errno_text(err, eb, sizeof eb));
         }
     }
     if (!in_signal)
@@ -128,6 +146,7 @@ void fa_report_abandon(void)
 void fa_report_fork_child(void)
 {
     forked = true;
+    start_ms = 0;
     busy = 0;
     warned_write = false;
     tmp_main[0] = tmp_sig[0] = '\0';

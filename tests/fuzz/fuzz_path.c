@@ -4,7 +4,8 @@
  * Input: 2 bytes of output capacity (0..4999), 4 bytes of pid (any int,
  * negative ones included), then the template (up to the first NUL).
  * Checks, against an expansion written here with snprintf ("%p" -> pid,
- * "%%" -> "%", everything else copied): the result is true exactly when
+ * "%h" -> a fixed host, "%t" -> a fixed start time, "%%" -> "%",
+ * everything else copied): the result is true exactly when
  * the expansion is non-empty and fits with its NUL; the output is never
  * written past `cap`, is NUL-terminated when cap > 0 and is the longest
  * prefix of the expansion that fits. */
@@ -24,12 +25,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(tmpl, r.p, r.n);
     tmpl[r.n] = '\0';
 
-    /* Each template byte expands to at most 11 ("-2147483648" for "%p"). */
-    size_t want_cap = 11 * strlen(tmpl) + 1, wn = 0;
+    fa_path_parts parts = {.pid = pid, .host = "box-3f2a", .start_unix_ms = 18446744073709551615u};
+    /* Each template byte expands to at most 20 (UINT64_MAX for "%t"). */
+    size_t want_cap = 20 * strlen(tmpl) + 1, wn = 0;
     char *want = malloc(want_cap);
     for (const char *c = tmpl; *c; c++) {
         if (c[0] == '%' && c[1] == 'p') {
             wn += (size_t)snprintf(want + wn, want_cap - wn, "%d", pid);
+            c++;
+        } else if (c[0] == '%' && c[1] == 'h') {
+            wn += (size_t)snprintf(want + wn, want_cap - wn, "%s", parts.host);
+            c++;
+        } else if (c[0] == '%' && c[1] == 't') {
+            wn += (size_t)snprintf(want + wn, want_cap - wn, "%llu", (unsigned long long)parts.start_unix_ms);
             c++;
         } else if (c[0] == '%' && c[1] == '%') {
             want[wn++] = '%';
@@ -40,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     char *out = malloc(cap);
-    bool ok = fa_path_expand(tmpl, pid, out, cap);
+    bool ok = fa_path_expand(tmpl, &parts, out, cap);
     FZ_CHECK(ok == (wn > 0 && wn < cap));
     if (cap > 0) {
         size_t fits = wn < cap - 1 ? wn : cap - 1;

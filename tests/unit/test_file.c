@@ -59,11 +59,22 @@ static void test_expand(void **state)
 {
     (void)state;
     char out[64];
-    assert_true(fa_path_expand("/x/s-%p.json", 123, out, sizeof out));
+    fa_path_parts p = {.pid = 123, .host = "c0ffee", .start_unix_ms = 1700000000123};
+    assert_true(fa_path_expand("/x/s-%p.json", &p, out, sizeof out));
     assert_string_equal(out, "/x/s-123.json");
-    assert_true(fa_path_expand("%p%%p%", 7, out, sizeof out));
+    p.pid = 7;
+    assert_true(fa_path_expand("%p%%p%", &p, out, sizeof out));
     assert_string_equal(out, "7%p%");
-    assert_false(fa_path_expand("/a/very/long/path/that/does/not/fit/%p", 1, out, 16));
+    assert_false(fa_path_expand("/a/very/long/path/that/does/not/fit/%p", &p, out, 16));
+    /* Parts that pids do not repeat across containers and restarts. */
+    assert_true(fa_path_expand("/x/%h-%t-%p.txt", &p, out, sizeof out));
+    assert_string_equal(out, "/x/c0ffee-1700000000123-7.txt");
+    /* This process: the hostname as a file name part, never a '/'. */
+    fa_path_parts here;
+    fa_path_parts_here(&here, 9, 5);
+    assert_true(here.host[0] != '\0' && strchr(here.host, '/') == NULL);
+    assert_true(fa_path_expand("%t/%p", &here, out, sizeof out));
+    assert_string_equal(out, "5/9");
 }
 
 static void test_write_replace(void **state)
@@ -127,16 +138,26 @@ static void test_stale_temporaries_swept(void **state)
     if (dead == 0)
         _exit(0);
     waitpid(dead, NULL, 0); /* a pid that no longer exists */
-    char p[256], path[128];
-    const char *names[4];
-    char n0[64], n1[64];
-    snprintf(n0, sizeof n0, "old.json.tmp-%d-3", (int)dead);   /* stale: removed */
-    snprintf(n1, sizeof n1, "live.json.tmp-%d-1", (int)getppid()); /* its owner lives: kept */
+    char p[256], path[128], tag[17];
+    assert_true(fa_file_ns_tag(tag));
+    const char *names[7];
+    char n0[64], n1[64], n4[64], n5[64], n6[64];
+    snprintf(n0, sizeof n0, "old.json.tmp-%s-%d-3", tag, (int)dead);    /* stale, our namespace: removed */
+    snprintf(n1, sizeof n1, "live.json.tmp-%s-%d-1", tag, (int)getppid()); /* its owner lives: kept */
     names[0] = n0;
     names[1] = n1;
     names[2] = "notes.tmp-abc";  /* not ours: kept */
     names[3] = "data.tmp-12-x";  /* not ours: kept */
-    for (int i = 0; i < 4; i++) {
+    /* Another container's on a shared volume: its pid means nothing here,
+     * so it may be mid-write: kept, with another tag or none. */
+    snprintf(n4, sizeof n4, "other.json.tmp-%s-%d-1", strcmp(tag, "0123456789abcdef") ? "0123456789abcdef" : "fedcba9876543210",
+             (int)dead);
+    snprintf(n5, sizeof n5, "untagged.json.tmp-%d-1", (int)dead);
+    snprintf(n6, sizeof n6, "noproc.json.tmp-untagged-%d-1", (int)dead);
+    names[4] = n4;
+    names[5] = n5;
+    names[6] = n6;
+    for (int i = 0; i < 7; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         close(open(p, O_CREAT | O_WRONLY, 0600));
     }
@@ -144,7 +165,7 @@ static void test_stale_temporaries_swept(void **state)
     fa_file_sweep_stale(path);
     snprintf(p, sizeof p, "%s/%s", dir, n0);
     assert_int_equal(access(p, F_OK), -1);
-    for (int i = 1; i < 4; i++) {
+    for (int i = 1; i < 7; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         assert_int_equal(access(p, F_OK), 0);
     }
