@@ -8,7 +8,8 @@
 # container defaults unless set: a text dump, the command's own on stderr
 # (docker logs) and every other process's in FORGEALLOC_STATS_DIR
 # (default /var/log/forgealloc, mount a volume there to keep them), one file
-# per process (%p).  `docker stop` sends SIGTERM; the dump is still written.
+# per process, named by `forgealloc run`.  `docker stop` sends SIGTERM; the
+# dump is still written.
 set -eu
 
 if [ "$#" -eq 0 ]; then
@@ -31,19 +32,7 @@ if [ -z "$launcher" ]; then
 fi
 
 : "${FORGEALLOC_STATS:=text}"
-export FORGEALLOC_STATS
-if [ -z "${FORGEALLOC_STATS_FILE:-}" ] && [ "$FORGEALLOC_STATS" != off ]; then
-    dir=${FORGEALLOC_STATS_DIR:-/var/log/forgealloc}
-    if ! { mkdir -p "$dir" && [ -w "$dir" ]; } 2>/dev/null; then
-        fallback=${TMPDIR:-/tmp}/forgealloc
-        echo "forgealloc entrypoint: $dir is not writable; stats files go to $fallback (set FORGEALLOC_STATS_DIR)" >&2
-        dir=$fallback
-        mkdir -p "$dir"
-    fi
-    case "$FORGEALLOC_STATS" in json) ext=json ;; prometheus) ext=prom ;; *) ext=txt ;; esac
-    FORGEALLOC_STATS_FILE="$dir/%p.$ext"
-    FORGEALLOC_STATS_MAIN_PID=$$ # exec keeps the pid: the command reports on stderr
-    export FORGEALLOC_STATS_FILE FORGEALLOC_STATS_MAIN_PID
-fi
+: "${FORGEALLOC_STATS_DIR:=/var/log/forgealloc}"
+export FORGEALLOC_STATS FORGEALLOC_STATS_DIR
 
 exec "$launcher" run -- "$@"

@@ -85,12 +85,31 @@ def case_stats_routing():
               f"the command's own dump on stderr: {r.stderr!r}")
         check(r.stderr.count("forgealloc 0") == 1, f"only the command's dump on stderr: {r.stderr!r}")
         files = sorted(os.listdir(d))
-        check(len(files) == 2 and all(re.match(r"\d+\.txt$", f) for f in files), f"children's files: {files}")
+        host = re.sub(r"[^A-Za-z0-9._-]", "_", os.uname().nodename)
+        check(len(files) == 2 and all(re.match(rf"{re.escape(host)}-\d{{13}}-\d+\.txt$", f) for f in files),
+              f"children's files, named HOST-START-PID.txt: {files}")
         r = sh([launcher(), "run", "--stats", "json", "--stats-file", f"{d}/x-%p.json", "--pool", "0", "--",
                 A.python, "-c", "import os; print(os.environ['FORGEALLOC_DEVICE_POOL_SIZE'])"])
         check(r.stdout.strip() == "0" and r.stderr == "", f"--pool / --stats-file: {r!r}")
         docs = glob.glob(f"{d}/x-*.json")
         check(len(docs) == 1 and json.load(open(docs[0]))["config"]["stats"] == "json", f"json dump: {docs}")
+
+
+def case_stats_unique():
+    """Runs whose pids repeat (containers and restarts sharing a volume) keep their own files: three runs in
+    separate pid namespaces, each a command with pid 1 (its dump on stderr) and a child with the same pid in
+    each run, leave three files (with %p alone: one)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        print("needs root and unshare for pid namespaces - skipped")
+        return SKIP
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(3):
+            r = sh(["unshare", "--pid", "--fork", "--mount-proc", launcher(), "run", "--", A.python, "-c",
+                    "import os, subprocess; subprocess.run(['/bin/true']); print(os.getpid())"],
+                   env(FORGEALLOC_STATS_DIR=d))
+            check(r.returncode == 0 and r.stdout.strip() == "1", f"unshare run: {r.stdout!r} {r.stderr!r}")
+        files = sorted(os.listdir(d))
+        check(len(files) == 3, f"three runs with the same pids left {len(files)} files: {files}")
 
 
 def case_child_dir():
