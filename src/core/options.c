@@ -3,9 +3,11 @@
  * Whole values must parse: "12X", "1e9", "-1" or "10 apples" are rejected
  * with one line naming the variable, and the default is used instead.
  * Sizes are binary (1K = 1024) and checked for overflow. */
+#define _GNU_SOURCE
 #include "options.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -24,6 +26,11 @@ static fa_optval values[FA_OPT_COUNT];
 static char path_store[FA_OPT_COUNT][FA_PATH_MAX];
 static int invalid_count;
 static int load_state; /* 0 = not loaded, 1 = loading, 2 = loaded */
+/* The table's defaults, parsed once: what other threads read while one
+ * thread loads the environment into `values`. */
+static fa_optval defaults[FA_OPT_COUNT];
+static int defaults_state; /* 0 = not parsed, 1 = parsing, 2 = ready */
+static pid_t loader_tid;   /* the thread loading `values` (it reads them as they fill) */
 
 extern char **environ;
 
@@ -190,6 +197,16 @@ static bool parse_enum(const char *text, const char *choices, uint64_t *out)
     return false;
 }
 
+/* The SIZE rules of the table: [min, max] bytes (unbounded when both are
+ * 0) and, for SIZE_POW2, a power of two. */
+static bool size_in_range(const fa_option_desc *d, uint64_t v)
+{
+    bool bounded = d->min != 0 || d->max != 0;
+    if (bounded && ((double)v < d->min || (double)v > d->max))
+        return false;
+    return d->type != FA_TYPE_SIZE_POW2 || (v && (v & (v - 1)) == 0);
+}
+
 bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, const char **expected)
 {
     fa_optval v = {0};
@@ -197,8 +214,10 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
     bool ok = false;
     switch (d->type) {
     case FA_TYPE_SIZE:
-        *expected = "a size (use 4G, 512MiB or 1048576)";
-        ok = parse_size(text, &v.u);
+    case FA_TYPE_SIZE_POW2:
+        *expected = d->type == FA_TYPE_SIZE_POW2 ? "a power of two (use 64M, 256MiB or 1G)"
+                                                 : "a size (use 4G, 512MiB or 1048576)";
+        ok = parse_size(text, &v.u) && size_in_range(d, v.u);
         break;
     case FA_TYPE_SIZE_PCT: {
         *expected = "a size or percentage (use 4G, 512MiB or 40%)";
@@ -249,7 +268,7 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
 
 /* ---- loading ---------------------------------------------------------- */
 
-static void set_default(enum fa_opt_id id)
+static fa_optval parse_default(enum fa_opt_id id)
 {
     const char *expected;
     fa_optval v = {0};
@@ -258,8 +277,27 @@ static void set_default(enum fa_opt_id id)
     if (fa_option_table[id].type == FA_TYPE_PATH)
         v.s = fa_option_table[id].def;
     v.src = FA_SRC_DEFAULT;
-    values[id] = v;
+    return v;
 }
+
+/* Parse the defaults once (pure computation, no I/O): a thread that
+ * finds another parsing them waits the few microseconds it takes. */
+static void defaults_ready(void)
+{
+    if (__atomic_load_n(&defaults_state, __ATOMIC_ACQUIRE) == 2)
+        return;
+    int expect = 0;
+    if (__atomic_compare_exchange_n(&defaults_state, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < FA_OPT_COUNT; i++)
+            defaults[i] = parse_default((enum fa_opt_id)i);
+        __atomic_store_n(&defaults_state, 2, __ATOMIC_RELEASE);
+        return;
+    }
+    while (__atomic_load_n(&defaults_state, __ATOMIC_ACQUIRE) != 2)
+        sched_yield();
+}
+
+static void set_default(enum fa_opt_id id) { values[id] = defaults[id]; }
 
 static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expected)
 {
@@ -273,6 +311,12 @@ static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expe
         }
     } else {
         fa_buf_str(b, expected);
+    }
+    if ((d->type == FA_TYPE_SIZE || d->type == FA_TYPE_SIZE_POW2) && (d->min != 0 || d->max != 0)) {
+        fa_buf_str(b, " from ");
+        fa_buf_bytes(b, (uint64_t)d->min);
+        fa_buf_str(b, " to ");
+        fa_buf_bytes(b, (uint64_t)d->max);
     }
     if (d->type == FA_TYPE_NUM || d->type == FA_TYPE_SECONDS) {
         fa_buf_str(b, " from ");
@@ -336,6 +380,8 @@ int fa_options_load(char *const *envp)
 {
     /* Loading: a log line about a bad value asks fa_opt() for FORGEALLOC_LOG,
      * which must see the values being loaded, not start a load of its own. */
+    defaults_ready();
+    __atomic_store_n(&loader_tid, gettid(), __ATOMIC_RELAXED);
     __atomic_store_n(&load_state, 1, __ATOMIC_RELEASE);
     invalid_count = 0;
     for (int i = 0; i < FA_OPT_COUNT; i++)
@@ -371,6 +417,7 @@ int fa_options_load(char *const *envp)
         }
     }
     __atomic_store_n(&load_state, 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&loader_tid, 0, __ATOMIC_RELAXED);
     return invalid_count;
 }
 
@@ -387,9 +434,16 @@ const fa_optval *fa_opt(enum fa_opt_id id)
                          bad == 1 ? " is" : "s are", bad == 1 ? "it" : "them");
                 _exit(2);
             }
+        } else if (__atomic_load_n(&loader_tid, __ATOMIC_RELAXED) != gettid()) {
+            /* Another thread is loading: `values` may still be filling
+             * (zeros: STATS off, RELEASE_THRESHOLD "return all"), so this
+             * thread gets the table's defaults until the load is done. */
+            defaults_ready();
+            if (__atomic_load_n(&load_state, __ATOMIC_ACQUIRE) != 2)
+                return &defaults[id];
         }
-        /* else: loading on this or another thread; the values hold the
-         * defaults or better, which is what a recursive call should see. */
+        /* else: the loading thread itself (a log line asking for
+         * FORGEALLOC_LOG): it sees the values as they are loaded. */
     }
     return &values[id];
 }
@@ -427,7 +481,8 @@ void fa_option_format(fa_buf *b, enum fa_opt_id id)
             break;
         }
         /* fall through */
-    case FA_TYPE_SIZE: fa_buf_bytes(b, v->u); break;
+    case FA_TYPE_SIZE:
+    case FA_TYPE_SIZE_POW2: fa_buf_bytes(b, v->u); break;
     case FA_TYPE_NUM: fa_buf_fixed(b, v->d, v->d == (double)(uint64_t)v->d ? 0 : 2); break;
     case FA_TYPE_SECONDS:
         fa_buf_fixed(b, (double)v->u / 1000.0, v->u % 1000 ? 3 : 0);
@@ -443,6 +498,7 @@ static const char *type_name(fa_opt_type t)
 {
     switch (t) {
     case FA_TYPE_SIZE: return "size";
+    case FA_TYPE_SIZE_POW2: return "size, power of two";
     case FA_TYPE_SIZE_PCT: return "size or percent";
     case FA_TYPE_NUM: return "number";
     case FA_TYPE_SECONDS: return "seconds";

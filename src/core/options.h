@@ -13,7 +13,8 @@
 #include "fmt.h"
 
 typedef enum {
-    FA_TYPE_SIZE,     /* bytes; K/M/G/T with optional B or iB, binary */
+    FA_TYPE_SIZE,     /* bytes; K/M/G/T with optional B or iB, binary; within [min, max] bytes unless both are 0 */
+    FA_TYPE_SIZE_POW2, /* a SIZE that is also a power of two */
     FA_TYPE_SIZE_PCT, /* a size, or N% (decimal) within [min, max] */
     FA_TYPE_NUM,      /* decimal within [min, max] */
     FA_TYPE_SECONDS,  /* decimal with optional s/ms/m; stored in ms */
@@ -28,11 +29,15 @@ typedef struct fa_option_desc {
     const char *name; /* "FORGEALLOC_STATS" */
     fa_opt_type type;
     const char *def;  /* default, written as a user would write it */
-    double min, max;  /* NUM, SECONDS and the percent form of SIZE_PCT */
+    double min, max;  /* NUM, SECONDS, the percent form of SIZE_PCT; bytes for SIZE, SIZE_POW2 */
     const char *choices;
     fa_opt_scope scope;
     const char *doc;
 } fa_option_desc;
+
+/* Byte bounds in option rows. */
+#define FA_MiB 1048576.0
+#define FA_TiB 1099511627776.0
 
 enum fa_opt_id {
 #define FA_OPTION(id, type, def, min, max, choices, scope, doc) FA_OPT_##id,

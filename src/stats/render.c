@@ -82,7 +82,8 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         fa_buf t;
         fa_buf_init(&t, tbuf, sizeof tbuf);
         switch (d->type) {
-        case FA_TYPE_SIZE: fa_buf_u64(b, v->u); break;
+        case FA_TYPE_SIZE:
+        case FA_TYPE_SIZE_POW2: fa_buf_u64(b, v->u); break;
         case FA_TYPE_SIZE_PCT:
             if (v->is_pct) {
                 fa_option_format(&t, (enum fa_opt_id)i);

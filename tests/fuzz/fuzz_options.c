@@ -34,7 +34,10 @@ static void check_accepted(const fa_option_desc *d, const char *text, const fa_o
     FZ_CHECK(v->src == FA_SRC_ENV);
     switch (d->type) {
     case FA_TYPE_SIZE:
+    case FA_TYPE_SIZE_POW2:
         FZ_CHECK(!v->is_pct);
+        FZ_CHECK((d->min == 0 && d->max == 0) || ((double)v->u >= d->min && (double)v->u <= d->max));
+        FZ_CHECK(d->type != FA_TYPE_SIZE_POW2 || (v->u & (v->u - 1)) == 0);
         if (v->u < 1000000000000000000ull) { /* 18 digits at most */
             char plain[32];
             fa_optval w;
@@ -53,7 +56,8 @@ static void check_accepted(const fa_option_desc *d, const char *text, const fa_o
         } else {
             fa_optval w;
             const char *expected;
-            FZ_CHECK(fa_option_parse(&fa_option_table[FA_OPT_RELEASE_THRESHOLD], text, &w, &expected));
+            const fa_option_desc any_size = {"FORGEALLOC_ANY", FA_TYPE_SIZE, "0", 0, 0, NULL, FA_SCOPE_LIB, ""};
+            FZ_CHECK(fa_option_parse(&any_size, text, &w, &expected));
             FZ_CHECK(w.u == v->u);
         }
         break;

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -59,7 +61,11 @@ static void test_sizes(void **state)
         {"16777215T", 16777215ull << 40}, /* the largest whole number of TiB below 2^64 */
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        fa_optval v = parse_ok(FA_OPT_RELEASE_THRESHOLD, good[i].text);
+        fa_optval v;
+        const char *expected = NULL;
+        const fa_option_desc any = {"FORGEALLOC_ANY", FA_TYPE_SIZE, "0", 0, 0, NULL, FA_SCOPE_LIB, ""};
+        if (!fa_option_parse(&any, good[i].text, &v, &expected))
+            fail_msg("'%s' should parse as a size", good[i].text);
         if (v.u != good[i].bytes)
             fail_msg("'%s' parsed as %llu, expected %llu", good[i].text, (unsigned long long)v.u,
                      (unsigned long long)good[i].bytes);
@@ -258,9 +264,78 @@ static void test_rendering(void **state)
     fa_options_load(none);
 }
 
+/* Until the first load has filled the values, another thread asking for
+ * a setting gets the table's defaults, never zeros (STATS off would be
+ * harmless, RELEASE_THRESHOLD 0 means "return everything").  Each child
+ * process starts unloaded and races two threads to the first load. */
+static volatile int go;
+static uint64_t seen_threshold, seen_report;
+
+static void *race_reader(void *arg)
+{
+    (void)arg;
+    while (!go)
+        ;
+    seen_threshold = fa_opt_u64(FA_OPT_RELEASE_THRESHOLD);
+    seen_report = fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT);
+    return NULL;
+}
+
+static void test_concurrent_first_load(void **state)
+{
+    (void)state;
+    int zeros = 0;
+    for (int i = 0; i < 400; i++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            pthread_t t;
+            pthread_create(&t, NULL, race_reader, NULL);
+            go = 1;
+            (void)fa_opt(FA_OPT_LOG); /* this thread loads */
+            pthread_join(t, NULL);
+            _exit(seen_threshold == (64ull << 20) && seen_report == (1ull << 30) ? 0 : 1);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        zeros += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    assert_int_equal(zeros, 0);
+}
+
+/* SIZE settings have ranges and rules in the table: out of range or not a
+ * power of two is invalid (one line, the default used, and
+ * FORGEALLOC_STRICT refuses it). */
+static void test_size_ranges(void **state)
+{
+    (void)state;
+    assert_int_equal(parse_ok(FA_OPT_DEVICE_CHUNK_SIZE, "128M").u, 128ull << 20);
+    assert_int_equal(parse_ok(FA_OPT_DEVICE_CHUNK_SIZE, "1M").u, 1ull << 20);
+    assert_int_equal(parse_ok(FA_OPT_DEVICE_CHUNK_SIZE, "1T").u, 1ull << 40);
+    parse_bad(FA_OPT_DEVICE_CHUNK_SIZE, "3M");     /* not a power of two */
+    parse_bad(FA_OPT_DEVICE_CHUNK_SIZE, "512K");   /* below 1M */
+    parse_bad(FA_OPT_DEVICE_CHUNK_SIZE, "2T");     /* above 1T */
+    parse_bad(FA_OPT_DEVICE_CHUNK_SIZE, "0");
+    assert_int_equal(parse_ok(FA_OPT_RELEASE_THRESHOLD, "0").u, 0);
+    parse_bad(FA_OPT_RELEASE_THRESHOLD, "2T");
+    parse_bad(FA_OPT_LARGE_ALLOC_REPORT, "99999999T");
+    char out[2048];
+    char *env[] = {"FORGEALLOC_DEVICE_CHUNK_SIZE=3M", NULL};
+    fa_capture_stderr_begin();
+    assert_int_equal(fa_options_load(env), 1); /* what FORGEALLOC_STRICT counts */
+    fa_capture_stderr_end(out, sizeof out);
+    assert_string_equal(out, "forgealloc: FORGEALLOC_DEVICE_CHUNK_SIZE='3M' is not a power of two (use 64M, 256MiB or "
+                             "1G) from 1.00 MiB to 1.00 TiB; using 64.0 MiB\n");
+    assert_int_equal(fa_opt_u64(FA_OPT_DEVICE_CHUNK_SIZE), 64ull << 20);
+    char *none[] = {NULL};
+    fa_options_load(none);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_first_load), /* first: the process must not have loaded yet */
+        cmocka_unit_test(test_size_ranges),
         cmocka_unit_test(test_sizes),           cmocka_unit_test(test_size_or_percent),
         cmocka_unit_test(test_numbers),         cmocka_unit_test(test_seconds),
         cmocka_unit_test(test_bool_enum_path),  cmocka_unit_test(test_defaults_parse),
