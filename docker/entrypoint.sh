@@ -35,4 +35,13 @@ fi
 : "${FORGEALLOC_STATS_DIR:=/var/log/forgealloc}"
 export FORGEALLOC_STATS FORGEALLOC_STATS_DIR
 
+# ---- FORGEALLOC_PRELOAD=system (opt-in) ----
+# Also list the library in /etc/ld.so.preload (root, inside a container
+# only), so a start script that overwrites LD_PRELOAD still loads it.
+case "${FORGEALLOC_PRELOAD:-env}" in
+env) ;;
+system) "$launcher" system-preload || true ;; # on refusal it says why, in one line
+*) echo "forgealloc entrypoint: FORGEALLOC_PRELOAD=$FORGEALLOC_PRELOAD is not env or system; using env (LD_PRELOAD only)" >&2 ;;
+esac
+
 exec "$launcher" run -- "$@"

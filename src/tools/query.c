@@ -3,9 +3,12 @@
  * scripts/forgealloc runs it as `LD_PRELOAD=<lib> forgealloc-query WHAT`,
  * so `forgealloc env` and `doctor` read the option table and the state of
  * the very library a program would get, not a copy compiled in here.  It
- * is not linked to the library: it finds the public API with dlsym. */
+ * is not linked to the library: it finds the public API with dlsym.
+ * `forgealloc-query served`, run with the caller's own environment, says
+ * who serves malloc there (forgealloc or what came before it). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +50,40 @@ static int print_json(const char *name)
     }
 }
 
+static int collect(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    const char **names = arg;
+    for (int i = 0; i < 255; i++)
+        if (!names[i]) {
+            names[i] = info->dlpi_name ? info->dlpi_name : "";
+            break;
+        }
+    return 0;
+}
+
+/* The first object in the loader's order that defines malloc itself (as
+ * the library's own search, src/host/served.c). */
+static const char *first_definer(void)
+{
+    static const char *names[256];
+    dl_iterate_phdr(collect, names);
+    for (int i = 1; i < 256 && names[i]; i++) {
+        if (!names[i][0])
+            continue;
+        void *h = dlopen(names[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (!h)
+            continue;
+        Dl_info info;
+        void *a = dlsym(h, "malloc");
+        int own = a && dladdr(a, &info) && info.dli_fname && strcmp(info.dli_fname, names[i]) == 0;
+        dlclose(h);
+        if (own)
+            return names[i];
+    }
+    return "unknown";
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "";
@@ -72,6 +109,22 @@ int main(int argc, char **argv)
         printf("malloc_counted %s\n", calls > 0 ? "yes" : "no");
         return 0;
     }
-    fprintf(stderr, "usage: LD_PRELOAD=libforgealloc.so forgealloc-query version|options|stats [FORMAT]|check\n");
+    if (strcmp(what, "served") == 0) {
+        /* Who serves malloc in a process started with this environment
+         * (run without forcing LD_PRELOAD): the library answers when it is
+         * loaded; otherwise the same search it makes is made here. */
+        typedef const char *(*served_fn)(void);
+        served_fn served = (served_fn)dlsym(RTLD_DEFAULT, "forgealloc_malloc_served_by");
+        uint64_t interposed = 0;
+        stat_fn stat = (stat_fn)dlsym(RTLD_DEFAULT, "forgealloc_stat");
+        if (served && stat && stat("host.interposed", &interposed) == 0) {
+            printf("forgealloc loaded\nserved_by %s\ninterposed %s\n", served(), interposed ? "yes" : "no");
+        } else {
+            printf("forgealloc absent\nserved_by %s\ninterposed no\n", first_definer());
+        }
+        return 0;
+    }
+    fprintf(stderr, "usage: forgealloc-query version|options|stats [FORMAT]|check|served\n"
+                    "(version, options, stats and check need LD_PRELOAD=libforgealloc.so)\n");
     return 2;
 }

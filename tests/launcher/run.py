@@ -214,6 +214,129 @@ def case_entrypoint():
         check(p.returncode == -15 and "signal after" in err, f"SIGTERM: status {p.returncode}, stderr {err!r}")
 
 
+# ---- start scripts that overwrite LD_PRELOAD, and the system preload (in a chroot) ----
+
+CHROOT_MOUNTS = r"""
+set -e
+root=$1; shift
+for d in usr bin sbin lib lib32 lib64 libx32; do
+    if [ -L "/$d" ]; then ln -sfn "$(readlink "/$d")" "$root/$d"
+    elif [ -d "/$d" ]; then mkdir -p "$root/$d"; mount --bind "/$d" "$root/$d"; mount -o remount,bind,ro "$root/$d"
+    fi
+done
+for d in "$@"; do [ "$d" = -- ] && break; mkdir -p "$root$d"; mount --bind "$d" "$root$d"; mount -o remount,bind,ro "$root$d"; done
+while [ "$1" != -- ]; do shift; done; shift
+mkdir -p "$root/proc" "$root/dev"
+mount --bind /proc "$root/proc"
+mount --bind /dev "$root/dev"
+exec chroot "$root" "$@"
+"""
+
+
+def make_chroot(d):
+    """A root directory for chroot: the machine's /usr (read-only), a copy of its /etc with no
+    ld.so.preload, an empty /tmp; or None when this machine cannot make one."""
+    root = os.path.join(d, "root")
+    os.makedirs(os.path.join(root, "tmp"))
+    os.chmod(os.path.join(root, "tmp"), 0o1777)
+    os.makedirs(os.path.join(root, "root"))
+    if subprocess.run(["cp", "-a", "/etc", os.path.join(root, "etc")]).returncode != 0:
+        return None
+    for junk in ("ld.so.preload",):
+        if os.path.lexists(os.path.join(root, "etc", junk)):
+            os.unlink(os.path.join(root, "etc", junk))
+    probe = in_chroot(root, ["/bin/true"], {})
+    return root if probe.returncode == 0 else None
+
+
+def in_chroot(root, cmd, extra_env, timeout=120):
+    """cmd inside `root` (a mount namespace of its own: the mounts end with it), with a clean environment."""
+    binds = sorted({A.srcdir, A.builddir, os.path.dirname(A.lib)})
+    e = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+         "FORGEALLOC_LIB": A.lib, **extra_env}
+    inner = ["/usr/bin/env", "-i"] + [f"{k}={v}" for k, v in e.items()] + cmd
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", CHROOT_MOUNTS, "chroot-setup",
+                           root] + binds + ["--"] + inner, capture_output=True, text=True, timeout=timeout)
+
+
+def served(out):
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+def case_system_preload():
+    """A start script that overwrites LD_PRELOAD (export LD_PRELOAD="$(ldconfig -p | grep -Po 'libtcmalloc.so.\d'
+    | head -n 1)"), under the entrypoint: without the system preload the app runs without forgealloc; with
+    FORGEALLOC_PRELOAD=system it still loads it (tcmalloc first: one line, and it says so).  In a chroot: never
+    the machine's own /etc/ld.so.preload."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("chroot"):
+        print("needs root, unshare and chroot to make a chroot - skipped")
+        return SKIP
+    query = os.path.join(os.path.dirname(A.lib), "forgealloc-query")
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    host_preload = os.path.exists("/etc/ld.so.preload") and open("/etc/ld.so.preload").read()
+    with tempfile.TemporaryDirectory() as d:
+        root = make_chroot(d)
+        if not root:
+            print("cannot make a chroot here (no mount namespace or bind mounts) - skipped")
+            return SKIP
+        start = os.path.join(root, "tmp", "start.sh")
+        with open(start, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "export LD_PRELOAD=\"$(ldconfig -p | grep -Po 'libtcmalloc.so.\\d' | head -n 1)\"\n"
+                    f"exec {query} served\n")
+        os.chmod(start, 0o755)
+        keep = os.path.join(root, "tmp", "keep.sh")
+        with open(keep, "w") as f:
+            f.write(f"#!/bin/sh\nexec {query} served\n")
+        os.chmod(keep, 0o755)
+        open(os.path.join(root, ".dockerenv"), "w").close()
+        base = {"FORGEALLOC_STATS": "off"}
+        check(subprocess.run(["sh", "-c", f"ldconfig -p | grep -Po 'libtcmalloc.so.\\d' | head -n 1"],
+                             capture_output=True, text=True).stdout.strip(), "libtcmalloc.so.N not in ldconfig -p")
+
+        # Without the system preload: the script drops forgealloc, silently.
+        for how in (["/tmp/start.sh"], [A.python, "-c", "import os; os.execv('/tmp/start.sh', ['start.sh'])"]):
+            r = in_chroot(root, [entry] + how, base)
+            got = served(r.stdout)
+            check(r.returncode == 0 and got.get("forgealloc") == "absent" and "libtcmalloc.so" in got.get("served_by", ""),
+                  f"no system preload: {r.stdout!r} {r.stderr!r}")
+            check(r.stderr == "", f"no system preload printed {r.stderr!r}")
+
+        # With it: /etc/ld.so.preload lists the library first; the script's tcmalloc comes before it.
+        r = in_chroot(root, [entry, "/tmp/start.sh"], dict(base, FORGEALLOC_PRELOAD="system"))
+        got = served(r.stdout)
+        lines = r.stderr.splitlines()
+        check(r.returncode == 0 and got.get("forgealloc") == "loaded" and got.get("interposed") == "no"
+              and "libtcmalloc.so" in got.get("served_by", ""), f"system preload, script overwrites: {r.stdout!r} {r.stderr!r}")
+        check(len(lines) == 1 and "libtcmalloc.so" in lines[0] and "LD_PRELOAD" in lines[0], f"one line: {lines}")
+        registered = open(os.path.join(root, "etc", "ld.so.preload")).read().split()
+        check(registered and registered[0] == A.lib, f"/etc/ld.so.preload in the chroot: {registered}")
+        # A script that leaves LD_PRELOAD alone: forgealloc serves, silently, loaded once.
+        r = in_chroot(root, [entry, "/tmp/keep.sh"], dict(base, FORGEALLOC_PRELOAD="system"))
+        got = served(r.stdout)
+        check(got.get("interposed") == "yes" and r.stderr == "", f"system preload, script keeps: {r.stdout!r} {r.stderr!r}")
+        check(open(os.path.join(root, "etc", "ld.so.preload")).read().split() == registered, "registered twice")
+        # forgealloc run -- start.sh (the launcher without the entrypoint) gets the same from the system preload.
+        r = in_chroot(root, [launcher(), "run", "--", "/tmp/start.sh"], base)
+        check(served(r.stdout).get("forgealloc") == "loaded", f"forgealloc run with the system preload: {r.stdout!r}")
+        r = in_chroot(root, [launcher(), "system-preload", "--remove"], base)
+        check(r.returncode == 0 and not os.path.exists(os.path.join(root, "etc", "ld.so.preload")), f"--remove: {r!r}")
+
+        # Not a container (no /.dockerenv or hints): refused with one line, nothing written.
+        os.unlink(os.path.join(root, ".dockerenv"))
+        r = in_chroot(root, [entry, "/tmp/keep.sh"], dict(base, FORGEALLOC_PRELOAD="system"))
+        in_cgroup = re.search(r"/(docker|containerd|kubepods|libpod|lxc)", open("/proc/1/cgroup").read())
+        if not in_cgroup:
+            lines = r.stderr.splitlines()
+            check(len(lines) == 1 and "only inside a container" in lines[0], f"host refusal: {r.stderr!r}")
+            check(not os.path.exists(os.path.join(root, "etc", "ld.so.preload")), "written outside a container")
+            check(served(r.stdout).get("interposed") == "yes", "the command still runs under LD_PRELOAD")
+        r = in_chroot(root, [entry, "/tmp/keep.sh"], dict(base, FORGEALLOC_PRELOAD="bogus"))
+        check(len(r.stderr.splitlines()) == 1 and "FORGEALLOC_PRELOAD=bogus" in r.stderr, f"bad value: {r.stderr!r}")
+    now = os.path.exists("/etc/ld.so.preload") and open("/etc/ld.so.preload").read()
+    check(now == host_preload, "this machine's /etc/ld.so.preload changed")
+
+
 def case_install():
     """cmake --install puts everything in place and the installed launcher finds it."""
     with tempfile.TemporaryDirectory() as prefix:
