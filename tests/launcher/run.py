@@ -159,6 +159,18 @@ def case_doctor():
     r = sh([launcher(), "doctor"])
     check(r.returncode == 0 and "result: the shim can work here" in r.stdout, f"doctor: {r.stdout}{r.stderr}")
     check("[ok] preload" in r.stdout, r.stdout)
+    check(re.search(r"^  \[info\] preload order: LD_PRELOAD=\(empty\), then /etc/ld.so.preload: ", r.stdout, re.M), r.stdout)
+    check("[info] malloc in a child started with this environment: served by " in r.stdout
+          and "forgealloc is not loaded" in r.stdout, r.stdout)
+    # Who serves malloc in a child with the caller's own environment.
+    r = sh([launcher(), "run", "--stats", "off", "--", launcher(), "doctor"])
+    check(f"[ok] malloc in a child started with this environment: served by forgealloc ({A.lib})" in r.stdout, r.stdout)
+    tc = next(iter(glob.glob("/usr/lib/*/libtcmalloc_minimal.so.4") + glob.glob("/lib/*/libtcmalloc_minimal.so.4")), None)
+    if tc:
+        r = sh([launcher(), "doctor"], env(LD_PRELOAD=f"{tc} {A.lib}", FORGEALLOC_LOG="error"))
+        check(r.returncode == 0 and f"[info] preload order: LD_PRELOAD={tc} {A.lib}, then" in r.stdout, r.stdout)
+        check(f"[warn] malloc in a child started with this environment: served by {tc}, which comes before "
+              "libforgealloc.so" in r.stdout, r.stdout)
     r = sh([launcher(), "doctor"], env(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"))
     check("[warn] PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in r.stdout, r.stdout)
     with tempfile.TemporaryDirectory() as d:
