@@ -132,7 +132,7 @@ def _rows(doc):
         if k in host:
             out.append(("host", k, host[k], k.endswith("bytes")))
     for k, v in (host.get("tcmalloc") or {}).items():
-        if k != "valid" and v is not None:
+        if k not in ("valid", "serves_malloc") and v is not None:
             out.append(("tcmalloc", k, v, k.endswith("bytes")))
     for d in doc.get("device", {}).get("devices", []):
         for k, v in d.items():
@@ -156,6 +156,8 @@ def _report(paths):
         docs.append(doc)
     for p, d in zip(paths, docs):
         print(f"{p}: {d.get('exe')} pid {d.get('pid')} ({d.get('reason')}), forgealloc {d.get('version')}")
+        if d.get("host", {}).get("interposed") is False:
+            print(f"  malloc served by {d['host'].get('served_by')}, not forgealloc: its calls are not counted")
     tables = [{(s, n): (v, b) for s, n, v, b in _rows(d)} for d in docs]
     keys = [(s, n) for s, n, _, _ in _rows(docs[0])]
     for extra in tables[1:]:
