@@ -75,8 +75,8 @@ static void *first_definer(void)
     struct objects o = {0};
     dl_iterate_phdr(collect, &o);
     for (int i = 1; i < o.n; i++) { /* 0 is the program */
-        if (!o.name[i][0])
-            continue;
+        if (!strchr(o.name[i], '/'))
+            continue; /* the vDSO; loaded libraries carry the path they were found at */
         void *h = dlopen(o.name[i], RTLD_LAZY | RTLD_NOLOAD);
         if (!h)
             continue;

@@ -69,8 +69,8 @@ static const char *first_definer(void)
     static const char *names[256];
     dl_iterate_phdr(collect, names);
     for (int i = 1; i < 256 && names[i]; i++) {
-        if (!names[i][0])
-            continue;
+        if (!strchr(names[i], '/'))
+            continue; /* the vDSO */
         void *h = dlopen(names[i], RTLD_LAZY | RTLD_NOLOAD);
         if (!h)
             continue;
