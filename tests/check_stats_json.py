@@ -38,6 +38,10 @@ def problems(doc):
         need(calls, key, "host.calls.", int)
     for key in ["bytes_requested", "large_allocs", "rss_bytes", "peak_rss_bytes"]:
         need(host, key, "host.", int)
+    release = need(host, "release", "host.", dict) or {}
+    for key in ["delay_bytes", "threshold_bytes", "pressure_bytes", "request_bytes"]:
+        need(release, key, "host.release.", int)
+    need(release, "background", "host.release.", bool)
     tc = need(host, "tcmalloc", "host.", dict) or {}
     for key in TCMALLOC:
         need(tc, key, "host.tcmalloc.")
