@@ -130,8 +130,7 @@ def largest_tensor(dev, hi):
     while hi - lo > 1:
         mid = (lo + hi) // 2
         try:
-            t = torch.empty(mid * MiB, dtype=torch.uint8, device=dev)
-            del t
+            torch.empty(mid * MiB, dtype=torch.uint8, device=dev)  # freed at once
             lo = mid
         except torch.cuda.OutOfMemoryError:
             hi = mid
