@@ -187,7 +187,11 @@ def run(only=None, quick=False, reps=3, build_dir=None, forgealloc_lib=None, cpu
     if why:
         print(f"note: GPU workloads skipped: {why}")
         return None
-    binary = None if cpu else build(nvcc, os.path.join(build_dir, "bench"))
+    try:
+        binary = None if cpu else build(nvcc, os.path.join(build_dir, "bench"))
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"note: GPU workloads skipped: gpu_bench.cu did not build with {nvcc}: {e}")
+        return None
     report = {"workloads": []}
     rows = []
     with tempfile.TemporaryDirectory(prefix="forgealloc-gpu-bench-") as scratch:
