@@ -311,14 +311,16 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     else
         fa_buf_str(b, "unknown");
     fa_buf_putc(b, '\n');
-    if (!s->cuda_seen) {
-        fa_buf_str(b, "  device: no CUDA calls\n");
-        return;
-    }
+    /* Blind comes first: under those settings PyTorch may make no call
+     * the shim sees at all. */
     if (s->device_blind) {
         fa_buf_str(b, "  device: pool off (");
         fa_buf_quoted_raw(b, s->blind_reason ? s->blind_reason : "blind", 200);
         fa_buf_str(b, ")\n");
+    }
+    if (!s->cuda_seen) {
+        fa_buf_str(b, "  device: no CUDA calls\n");
+        return;
     }
     for (int i = 0; i < s->ndevices; i++) {
         const fa_device_stats *d = &s->dev[i];

@@ -30,6 +30,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+import gpu  # the GPU workloads (gpu.py): run when a CUDA device is present
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
 
@@ -468,6 +470,7 @@ def parse_args():
     parser.add_argument("--quick", action="store_true", help="small counts, about two minutes")
     parser.add_argument("--json", metavar="FILE", help="write all samples and medians as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="plot model-switch RSS after each unload (gnuplot)")
+    names += gpu.NAMES
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=names, help="workloads: " + " ".join(names))
     parser.add_argument(
         "--allocators", nargs="+", metavar="NAME", choices=ALL_ALLOCATORS, help="only: " + " ".join(ALL_ALLOCATORS)
@@ -558,8 +561,11 @@ def main():
         if args.plot:
             write_plot(os.path.abspath(args.plot), [(w, rows) for w, rows, _ in results], scratch)
 
+    gpu_report = gpu.run(args.only, args.quick, reps, build_dir, forgealloc_lib)
+
     if args.json:
         report = {
+            "gpu": gpu_report,
             "machine": machine,
             "mode": mode,
             "reps": reps,
