@@ -20,6 +20,9 @@
  *   p_release realloc  two 8 MB blocks, a realloc of one that fails, both
  *                      freed: prints "releases N" (the failed realloc must
  *                      leave the block known to the release policy)
+ *   p_release forkrel N  N rounds of: 160 MB freed (the background thread
+ *                      releasing), fork at varying moments, the child
+ *                      allocates and exits; exit 1 if a child hangs
  *   p_release threads  prints "helper_threads N": threads named
  *                      forgealloc, after small allocations only, then
  *                      after a large burst was freed
@@ -34,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -229,6 +233,37 @@ int main(int argc, char **argv)
         free(b);
         printf("releases %llu\n", (unsigned long long)(stat_of("host.releases") - before));
         return failures;
+    }
+    if (strcmp(mode, "forkrel") == 0) {
+        for (int round = 0; round < (int)arg; round++) {
+            char *b[40];
+            for (int i = 0; i < 40; i++) {
+                b[i] = malloc(4 * MB);
+                touch(b[i], 4 * MB);
+            }
+            for (int i = 0; i < 40; i++)
+                free(b[i]);
+            struct timespec ts = {0, (round % 7) * 3000000L};
+            nanosleep(&ts, NULL);
+            pid_t pid = fork();
+            if (pid == 0) {
+                char *c = malloc(8 * MB);
+                touch(c, 8 * MB);
+                free(c);
+                _exit(0);
+            }
+            int status = 0, w;
+            for (w = 0; w < 1000 && waitpid(pid, &status, WNOHANG) != pid; w++) {
+                struct timespec tick = {0, 10 * 1000000L};
+                nanosleep(&tick, NULL);
+            }
+            if (w == 1000) {
+                fprintf(stderr, "p_release: child %d hung in round %d\n", (int)pid, round);
+                kill(pid, SIGKILL);
+                return 1;
+            }
+        }
+        return 0;
     }
     if (strcmp(mode, "threads") == 0) {
         for (int i = 0; i < 1000; i++)

@@ -231,6 +231,10 @@ def case_release_fork():
     check(r.returncode == 0, r.stderr)
     for who in ("parent ", "child "):
         check(settled(r.stdout, who) is not None, f"{who.strip()} did not settle: {r.stdout}")
+    # fork while the background thread is inside tcmalloc returning memory:
+    # tcmalloc's own fork handlers take its locks; the child must not hang.
+    r = run([prog("p_release"), "forkrel", "25"], env=base_env(FORGEALLOC_RELEASE_DELAY="20ms"))
+    check(r.returncode == 0, f"fork during a release: {r.stderr}")
 
 
 def case_release_thread():
