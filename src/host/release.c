@@ -121,13 +121,16 @@ static int decay_lock, decay_ready;
 #define ACTIVE_MAX 256
 static fa_decay active;
 static unsigned active_factor = ACTIVE_MIN;
-static uint64_t last_alloc_ms;
+static uint64_t last_alloc_ms, prev_alloc_ms; /* the two latest large allocations */
 static struct {
     uint64_t released, recommitted, until_ms, last_commit;
 } judge;
 /* No background thread: the next call that may run the policy itself. */
 static uint64_t inline_due_ms;
-static int background; /* the background runs the policy (1) or not (0) */
+/* Who runs the policy: nobody yet (no large free memory was held), the
+ * background thread, or, where no thread can run, the allocator calls. */
+enum { BG_NONE, BG_THREAD, BG_CALLS };
+static int background;
 static int polling;    /* look at tcmalloc's numbers even without seeing frees */
 static bool (*waker)(void);
 
@@ -203,6 +206,7 @@ static void sample(void)
     decay_start(now);
     fa_decay_observe(&decay, now, free_bytes);
     fa_decay_observe(&active, now, free_bytes);
+    prev_alloc_ms = last_alloc_ms;
     last_alloc_ms = now;
     decay_lock_drop();
 }
@@ -258,7 +262,9 @@ uint64_t fa_release_tick(uint64_t now)
     judge_tick(now);
     fa_decay_observe(&decay, now, held);
     fa_decay_observe(&active, now, held);
-    busy_heap = last_alloc_ms && now < last_alloc_ms + delay;
+    /* Busy: two large allocations within the delay (one alone, such as the
+     * call that runs this tick when there is no thread, is not a churn). */
+    busy_heap = prev_alloc_ms && now < prev_alloc_ms + delay;
     uint64_t idle = !delay ? held : busy_heap ? fa_decay_idle(&active) : fa_decay_idle(&decay);
     uint64_t next = fa_decay_next_ms(&decay);
     decay_lock_drop();
@@ -313,7 +319,7 @@ void fa_release_on_alloc(void *p, size_t n)
     if (delay_ms()) {
         int saved = errno;
         sample();
-        if (!__atomic_load_n(&background, __ATOMIC_RELAXED) && decay_ready)
+        if (__atomic_load_n(&background, __ATOMIC_RELAXED) == BG_CALLS)
             tick_inline();
         errno = saved;
     }
@@ -330,13 +336,13 @@ void fa_release_on_free(size_t n)
             release_now(threshold);
             __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
         }
-    } else if (!__atomic_load_n(&background, __ATOMIC_RELAXED)) {
+    } else if (__atomic_load_n(&background, __ATOMIC_RELAXED) != BG_THREAD) {
         /* Large free memory is held: the background watches it from now on,
          * or, where no thread can run, the calls themselves. */
         bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
-        if (w && w())
-            __atomic_store_n(&background, 1, __ATOMIC_RELAXED);
-        else
+        bool thread = w && w();
+        __atomic_store_n(&background, thread ? BG_THREAD : BG_CALLS, __ATOMIC_RELAXED);
+        if (!thread)
             tick_inline();
     } else {
         bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
@@ -408,7 +414,7 @@ void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])
         bytes[i] = __atomic_load_n(&by_reason[i], __ATOMIC_RELAXED);
 }
 
-bool fa_release_in_background(void) { return __atomic_load_n(&background, __ATOMIC_RELAXED); }
+bool fa_release_in_background(void) { return __atomic_load_n(&background, __ATOMIC_RELAXED) == BG_THREAD; }
 
 void fa_release_fork_child(void)
 {
@@ -420,9 +426,9 @@ void fa_release_fork_child(void)
     memset(by_reason, 0, sizeof by_reason);
     decay_lock = 0;
     decay_ready = 0;
-    last_alloc_ms = 0;
+    last_alloc_ms = prev_alloc_ms = 0;
     memset(&judge, 0, sizeof judge);
     inline_due_ms = 0;
-    background = 0;
+    background = BG_NONE;
     fa_pressure_reset();
 }

@@ -228,6 +228,29 @@ static void test_stop_while_releasing(void **state)
     __atomic_store_n(&slow_release, 0, __ATOMIC_RELAXED);
 }
 
+/* Where no thread can run, the allocator calls run the policy: memory
+ * idle for the delay goes back at the next large allocation. */
+static bool no_thread(void) { return false; }
+
+static void test_no_thread_falls_back_to_calls(void **state)
+{
+    (void)state;
+    fa_release_fork_child(); /* a process of its own: no background yet */
+    fa_release_set_waker(no_thread);
+    uint64_t before = released(FA_REL_delay);
+    uintptr_t base = (uintptr_t)3 << 44;
+    for (uintptr_t i = 0; i < 50; i++)
+        large_alloc(base + (i << 32), 4 * MB);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_free(base + (i << 32));
+    assert_false(fa_release_in_background());
+    sleep_ms(700); /* past the 300 ms delay, with no call at all */
+    assert_int_equal(released(FA_REL_delay), before);
+    large_alloc(base, 1 * MB);
+    assert_true(released(FA_REL_delay) > before);
+    large_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_churn_keeps),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_stop_while_releasing),
+        cmocka_unit_test(test_no_thread_falls_back_to_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
