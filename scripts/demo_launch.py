@@ -99,6 +99,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--idle", type=float, default=3.0,
+                    help="seconds to sit idle after the last unload, as a WebUI waiting for the next prompt")
     args = ap.parse_args()
     try:
         import torch
@@ -140,6 +142,9 @@ def main():
         total = time.perf_counter() - t_all
     print(f"demo: {args.cycles} cycles in {total:.2f} s; RSS peak {peak:.0f} MiB, after the last unload "
           f"{after_unload[-1]:.0f} MiB")
+    if args.idle > 0:
+        time.sleep(args.idle)
+        print(f"demo: idle {args.idle:.0f} s after the last unload (no allocation), RSS {rss_mib():.0f} MiB")
     if shim:
         s = forgealloc.stats()
         h = s["host"]

@@ -41,6 +41,10 @@ def problems(doc):
     need(host, "interposed", "host.", bool)
     if "served_by" not in host or not (host["served_by"] is None or isinstance(host["served_by"], str)):
         out.append("host.served_by is missing or neither a string nor null")
+    release = need(host, "release", "host.", dict) or {}
+    for key in ["delay_bytes", "threshold_bytes", "pressure_bytes", "request_bytes"]:
+        need(release, key, "host.release.", int)
+    need(release, "background", "host.release.", bool)
     tc = need(host, "tcmalloc", "host.", dict) or {}
     for key in TCMALLOC:
         need(tc, key, "host.tcmalloc.")

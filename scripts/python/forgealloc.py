@@ -131,6 +131,9 @@ def _rows(doc):
     for k in ("bytes_requested", "large_allocs", "rss_bytes", "peak_rss_bytes", "releases", "released_bytes"):
         if k in host:
             out.append(("host", k, host[k], k.endswith("bytes")))
+    for k, v in (host.get("release") or {}).items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            out.append(("release", k, v, k.endswith("bytes")))
     for k, v in (host.get("tcmalloc") or {}).items():
         if k not in ("valid", "serves_malloc") and v is not None:
             out.append(("tcmalloc", k, v, k.endswith("bytes")))

@@ -91,6 +91,9 @@ static int lookup(const fa_snapshot *s, const char *key, uint64_t *v)
         {"host.peak_rss_bytes", s->peak_rss_bytes},
         {"host.releases", s->releases},
         {"host.released_bytes", s->released_bytes},
+#define FA_REL_KEY(name, doc) {"host.release." #name "_bytes", s->released_by[FA_REL_##name]},
+        FA_RELEASE_REASONS(FA_REL_KEY)
+#undef FA_REL_KEY
         {"host.thread_records", s->stat_records},
         {"host.interposed", s->malloc_server == FA_SERVER_SELF},
         {"device.devices", (uint64_t)s->ndevices},

@@ -10,12 +10,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../device/device.h"
 #include "../host/host.h"
 #include "../host/served.h"
+#include "../process/background.h"
 #include "../stats/report.h"
 #include "../stats/stats.h"
 #include "fmt.h"
@@ -24,7 +24,6 @@
 #include "options.h"
 
 static const int dump_signals[] = {SIGTERM, SIGINT};
-static bool interval_running;
 
 static void on_signal(int sig)
 {
@@ -59,49 +58,6 @@ static void install_signal_dump(void)
     }
 }
 
-static void *interval_main(void *arg)
-{
-    (void)arg;
-    uint64_t ms = fa_opt_u64(FA_OPT_STATS_INTERVAL);
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    for (;;) {
-        while (nanosleep(&ts, &ts) != 0)
-            ;
-        ts = (struct timespec){(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-        fa_report_configured("interval", false);
-    }
-    return NULL;
-}
-
-static void start_interval(void)
-{
-    const char *path = fa_opt(FA_OPT_STATS_FILE)->s;
-    if (fa_opt_u64(FA_OPT_STATS_INTERVAL) == 0 || fa_opt_u64(FA_OPT_STATS) == FA_STATS_OFF)
-        return;
-    if (!path || strcmp(path, "-") == 0) {
-        fa_warn("FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE set to a path; periodic dumps are off");
-        return;
-    }
-    /* The thread blocks every signal so SIGTERM and friends reach the
-     * program's own threads. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
-    pthread_t t;
-    if (pthread_create(&t, &attr, interval_main, NULL) == 0) {
-        interval_running = true;
-        pthread_setname_np(t, "forgealloc");
-    } else {
-        fa_warn("cannot start the FORGEALLOC_STATS_INTERVAL thread; periodic dumps are off");
-    }
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-}
-
 static void fork_prepare(void)
 {
     fa_device_fork_prepare();
@@ -120,8 +76,7 @@ static void fork_child(void)
     fa_device_fork_child();
     fa_host_fork_child();
     fa_report_fork_child();
-    interval_running = false;
-    start_interval();
+    fa_background_fork_child();
 }
 
 __attribute__((constructor)) static void fa_start(void)
@@ -131,7 +86,7 @@ __attribute__((constructor)) static void fa_start(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     if (fa_opt_u64(FA_OPT_STATS) != FA_STATS_OFF && fa_opt_u64(FA_OPT_STATS_ON_SIGNAL))
         install_signal_dump();
-    start_interval();
+    fa_background_start();
     if (fa_log_enabled(FA_LOG_INFO)) {
         char line[900];
         fa_buf b;
@@ -141,4 +96,8 @@ __attribute__((constructor)) static void fa_start(void)
     }
 }
 
-__attribute__((destructor)) static void fa_stop(void) { fa_report_configured("exit", false); }
+__attribute__((destructor)) static void fa_stop(void)
+{
+    fa_background_stop();
+    fa_report_configured("exit", false);
+}

@@ -48,8 +48,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t passthrough[FA_PT_COUNT];
 static int captures;    /* stream captures in progress, process-wide */
 static int cuda_seen;
-static int blind_state; /* 0 unknown, 1 not blind, 2 blind */
-static char blind_reason[160];
+static int blind_state;          /* 0 not decided yet, 1 not blind, 2 blind */
+static const char *blind_reason; /* set before blind_state becomes 2 */
 static int warned_missing, warned_ipc, warned_chunk;
 
 #define ST_ADD(d, field, v) __atomic_fetch_add(&(d)->st.field, (v), __ATOMIC_RELAXED)
@@ -133,47 +133,72 @@ static int current_device(const fa_cudart *rt)
 
 /* ---- blind spots ------------------------------------------------------------ */
 
-/* PyTorch settings under which it allocates without cudaMalloc. */
-static bool conf_has(const char *conf, const char *key, const char *value)
+/* The value of the last `key:value` item of a PyTorch allocator setting
+ * (later items override earlier ones; spaces around tokens are ignored)
+ * equals `value`, case-insensitively. */
+static bool conf_says(const char *conf, const char *key, const char *value)
 {
+    bool says = false;
+    size_t klen = strlen(key), vlen = strlen(value);
     for (const char *c = conf; (c = strstr(c, key)); c++) {
         if (c != conf && c[-1] != ',' && c[-1] != ' ')
             continue;
-        const char *v = c + strlen(key);
+        const char *v = c + klen;
         while (*v == ' ')
             v++;
         if (*v++ != ':')
             continue;
         while (*v == ' ')
             v++;
-        size_t n = strlen(value);
-        if (strncasecmp(v, value, n) == 0 && (v[n] == '\0' || v[n] == ',' || v[n] == ' '))
-            return true;
+        size_t n = strcspn(v, ", ");
+        says = n == vlen && strncasecmp(v, value, n) == 0;
     }
-    return false;
+    return says;
 }
 
+#define FA_BLIND_REASON(var, what) var " asks for " what ", so PyTorch allocates without cudaMalloc"
+
+/* Whether the environment configures PyTorch to allocate device memory
+ * without cudaMalloc (expandable segments map memory with cuMemCreate;
+ * the cudaMallocAsync backend uses stream-ordered pools), and why.
+ * PyTorch 2.9 and later read PYTORCH_ALLOC_CONF, falling back to the
+ * older PYTORCH_CUDA_ALLOC_CONF; earlier versions read only the latter.
+ * The version is not known here, so either one counts.  Reads the
+ * environment as it is now (programs often set these from Python before
+ * importing torch); no allocation, no lock, no output: safe on the dump
+ * and signal paths. */
+static const char *blind_env(void)
+{
+    static const struct {
+        const char *var, *key, *value, *reason;
+    } rules[] = {
+        {"PYTORCH_ALLOC_CONF", "expandable_segments", "true",
+         FA_BLIND_REASON("PYTORCH_ALLOC_CONF", "expandable_segments:True")},
+        {"PYTORCH_ALLOC_CONF", "backend", "cudaMallocAsync",
+         FA_BLIND_REASON("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync")},
+        {"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "true",
+         FA_BLIND_REASON("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")},
+        {"PYTORCH_CUDA_ALLOC_CONF", "backend", "cudaMallocAsync",
+         FA_BLIND_REASON("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        const char *conf = getenv(rules[i].var);
+        if (conf && conf_says(conf, rules[i].key, rules[i].value))
+            return rules[i].reason;
+    }
+    return NULL;
+}
+
+/* Decided once, when the first pool is sized: the pool then stays as it
+ * was made, and the decision is logged. */
 static bool blind(void)
 {
     if (__atomic_load_n(&blind_state, __ATOMIC_ACQUIRE))
         return blind_state == 2;
-    static const char *const vars[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
-    const char *why = NULL, *var = NULL;
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0] && !why; i++) {
-        const char *conf = getenv(vars[i]);
-        if (!conf)
-            continue;
-        var = vars[i];
-        if (conf_has(conf, "expandable_segments", "true"))
-            why = "expandable_segments:True";
-        else if (conf_has(conf, "backend", "cudaMallocAsync"))
-            why = "backend:cudaMallocAsync";
-    }
+    const char *why = blind_env();
     if (why) {
-        fa_buf b;
-        fa_buf_init(&b, blind_reason, sizeof blind_reason);
-        fa_buf_printf(&b, "%s asks for %s, so PyTorch allocates without cudaMalloc", var, why);
-        fa_info("device pool off: %s", blind_reason);
+        __atomic_store_n(&blind_reason, why, __ATOMIC_RELAXED);
+        fa_info("device pool off: %s", why);
     }
     __atomic_store_n(&blind_state, why ? 2 : 1, __ATOMIC_RELEASE);
     return why != NULL;
@@ -552,8 +577,12 @@ void fa_device_capture_ended(fa_cuda_error r)
 void fa_device_fill(struct fa_snapshot *s)
 {
     s->cuda_seen = __atomic_load_n(&cuda_seen, __ATOMIC_RELAXED);
-    s->device_blind = __atomic_load_n(&blind_state, __ATOMIC_ACQUIRE) == 2;
-    s->blind_reason = s->device_blind ? blind_reason : NULL;
+    /* Blind as decided when the pool was sized; before any cudaMalloc
+     * (PyTorch under these settings never calls it), as the environment
+     * says now. */
+    int bs = __atomic_load_n(&blind_state, __ATOMIC_ACQUIRE);
+    s->blind_reason = bs == 2 ? __atomic_load_n(&blind_reason, __ATOMIC_RELAXED) : bs == 1 ? NULL : blind_env();
+    s->device_blind = s->blind_reason != NULL;
     for (int i = 0; i < FA_PT_COUNT; i++)
         s->passthrough[i] = __atomic_load_n(&passthrough[i], __ATOMIC_RELAXED);
     s->ndevices = 0;

@@ -201,6 +201,7 @@ static void tc_cache_store(const uint64_t v[FA_TC_COUNT])
 
 static __attribute__((noinline)) void tc_cache_refresh(void)
 {
+    fa_release_nudge();
     uint64_t v[FA_TC_COUNT];
     tc_read(v);
     tc_cache_store(v);
@@ -275,7 +276,7 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
 {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total)) {
-        fa_stats_alloc(FA_CALL_calloc, SIZE_MAX);
+        fa_stats_alloc(FA_CALL_calloc, 0); /* counted, but nothing was requested */
         errno = ENOMEM; /* tcmalloc returns NULL without setting errno */
         return NULL;
     }
@@ -287,12 +288,16 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
 
 static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
 {
-    /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's. */
+    /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's.  A large
+     * p is forgotten before tcmalloc may hand its address to another
+     * thread, as free does, and remembered again if realloc fails. */
+    size_t old = maybe_large(p) ? fa_release_forget(p) : 0;
     void *q = tc_realloc(p, n);
-    if ((q || n == 0) && maybe_large(p)) { /* p was resized, moved or freed */
-        size_t old = fa_release_forget(p);
-        if (old)
+    if (old) {
+        if (q || n == 0)
             fa_release_on_free(old);
+        else
+            fa_release_remember(p, old);
     }
     return AFTER_ALLOC(q, n, fn, caller);
 }
@@ -307,7 +312,7 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
 {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total)) {
-        fa_stats_alloc(FA_CALL_reallocarray, SIZE_MAX);
+        fa_stats_alloc(FA_CALL_reallocarray, 0);
         errno = ENOMEM;
         return NULL;
     }
@@ -530,7 +535,11 @@ void fa_host_fill(fa_snapshot *s)
         s->peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024u;
     if (s->peak_rss_bytes < s->rss_bytes)
         s->peak_rss_bytes = s->rss_bytes;
-    fa_release_totals(&s->releases, &s->released_bytes);
+    fa_release_totals(&s->releases, s->released_by);
+    s->released_bytes = 0;
+    for (int i = 0; i < FA_REL_COUNT; i++)
+        s->released_bytes += s->released_by[i];
+    s->release_background = fa_release_in_background();
     s->release_rate = &fa_tc_release_rate ? fa_tc_release_rate : -1.0;
     if (s->in_signal) {
         uint64_t when = 0;

@@ -2,6 +2,7 @@
 #include "release.h"
 
 #include <errno.h>
+#include <time.h>
 #include <gperftools/malloc_extension_c.h>
 #include <gperftools/tcmalloc.h>
 #include <stdbool.h>
@@ -10,9 +11,8 @@
 
 #include "../core/log.h"
 #include "../core/options.h"
-
-/* Net bytes of large blocks freed since the last check (never negative). */
-static uint64_t shrink;
+#include "decay.h"
+#include "pressure.h"
 
 /* Live large blocks, by address: an open-addressing table with short
  * probes, written with compare-and-swap (large allocations are rare).  A
@@ -27,8 +27,6 @@ typedef struct {
 static large_slot *table;
 static uint64_t untracked;
 int fa_release_seen_large;
-static int busy;
-static uint64_t releases, released_bytes;
 
 static size_t property(const char *name)
 {
@@ -74,6 +72,8 @@ static void remember(void *p, size_t n)
     __atomic_fetch_add(&untracked, 1, __ATOMIC_RELAXED);
 }
 
+void fa_release_remember(void *p, size_t n) { remember(p, n); }
+
 size_t fa_release_forget(void *p)
 {
     large_slot *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
@@ -96,6 +96,218 @@ size_t fa_release_forget(void *p)
     return n;
 }
 
+/* ---- the policy ------------------------------------------------------------ */
+
+/* Net bytes of large blocks freed since the background last looked (never
+ * negative): what wakes it.  With FORGEALLOC_RELEASE_DELAY=0 it is the
+ * whole policy: past the threshold, return free memory at once. */
+static uint64_t shrink;
+static int busy; /* a release is being decided */
+static uint64_t releases, by_reason[FA_REL_COUNT];
+
+/* The window of free-memory minima.  Samplers on the allocating path only
+ * try the lock: a sample lost to a tick in progress is covered by the
+ * tick's own sample. */
+static fa_decay decay;
+static int decay_lock, decay_ready;
+/* While large allocations go on, memory counts as unused only after
+ * `active_factor` times the delay: in a churning heap, free spans that sat
+ * out one window are still picked again later (tcmalloc takes the best fit
+ * among free and returned spans alike), and each pick of a returned span
+ * is a page fault per page.  The factor doubles whenever what such a
+ * release returned is committed again within the long window (a regret),
+ * and halves after a release that was not. */
+#define ACTIVE_MIN 4
+#define ACTIVE_MAX 256
+static fa_decay active;
+static unsigned active_factor = ACTIVE_MIN;
+static uint64_t last_alloc_ms, prev_alloc_ms; /* the two latest large allocations */
+static struct {
+    uint64_t released, recommitted, until_ms, last_commit;
+} judge;
+/* No background thread: the next call that may run the policy itself. */
+static uint64_t inline_due_ms;
+/* Who runs the policy: nobody yet (no large free memory was held), the
+ * background thread, or, where no thread can run, the allocator calls. */
+enum { BG_NONE, BG_THREAD, BG_CALLS };
+static int background;
+static int polling;    /* look at tcmalloc's numbers even without seeing frees */
+static bool (*waker)(void);
+
+/* Returns released below this are not worth a system call. */
+#define STEP ((uint64_t)2 << 20)
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t delay_ms(void) { return fa_opt_u64(FA_OPT_RELEASE_DELAY); }
+static uint64_t keep_bytes(void) { return fa_opt_u64(FA_OPT_RELEASE_THRESHOLD); }
+
+static void decay_lock_take(void)
+{
+    while (__atomic_exchange_n(&decay_lock, 1, __ATOMIC_ACQUIRE))
+        ;
+}
+static bool decay_lock_try(void) { return !__atomic_exchange_n(&decay_lock, 1, __ATOMIC_ACQUIRE); }
+static void decay_lock_drop(void) { __atomic_store_n(&decay_lock, 0, __ATOMIC_RELEASE); }
+
+/* Pre: decay_lock held. */
+static void decay_start(uint64_t now)
+{
+    if (!decay_ready) {
+        fa_decay_init(&decay, delay_ms() ? delay_ms() : 1, now);
+        fa_decay_init(&active, (delay_ms() ? delay_ms() : 1) * active_factor, now);
+        decay_ready = 1;
+    }
+}
+
+/* Ask tcmalloc to release `want` bytes (SIZE_MAX: everything free);
+ * returns the bytes it unmapped, counted under `why`. */
+static size_t release_and_count(size_t want, enum fa_release_reason why)
+{
+    size_t got = 0;
+    /* tcmalloc releases whole spans and remembers any excess as credit
+     * against later requests (extra_bytes_released_), so one call may
+     * release nothing; a few rounds settle it. */
+    for (int round = 0; round < 4 && got < want; round++) {
+        size_t before = property("tcmalloc.pageheap_unmapped_bytes");
+        if (want == SIZE_MAX)
+            MallocExtension_ReleaseFreeMemory();
+        else
+            MallocExtension_ReleaseToSystem(want - got);
+        size_t after = property("tcmalloc.pageheap_unmapped_bytes");
+        got += after > before ? after - before : 0;
+        if (want == SIZE_MAX)
+            break;
+    }
+    if (got) {
+        __atomic_fetch_add(&releases, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&by_reason[why], got, __ATOMIC_RELAXED);
+        decay_lock_take();
+        fa_decay_released(&decay, got);
+        fa_decay_released(&active, got);
+        decay_lock_drop();
+    }
+    return got;
+}
+
+/* Sample the free bytes after a large allocation took some: the dips are
+ * what the window remembers as demand. */
+static void sample(void)
+{
+    uint64_t free_bytes = property("tcmalloc.pageheap_free_bytes");
+    if (!decay_lock_try())
+        return;
+    uint64_t now = mono_ms();
+    decay_start(now);
+    fa_decay_observe(&decay, now, free_bytes);
+    fa_decay_observe(&active, now, free_bytes);
+    prev_alloc_ms = last_alloc_ms;
+    last_alloc_ms = now;
+    decay_lock_drop();
+}
+
+/* FORGEALLOC_RELEASE_DELAY=0: return free memory at once when the heap
+ * shrinks past the threshold, down to half of it (hysteresis). */
+static void release_now(uint64_t threshold)
+{
+    __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
+    for (int round = 0; round < 4; round++) {
+        size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
+        uint64_t keep = threshold / 2;
+        if (free_bytes <= keep || release_and_count(free_bytes - keep, FA_REL_threshold) == 0)
+            break;
+    }
+}
+
+/* Pre: decay_lock held.  Judge the last release made while the heap was
+ * busy: bytes tcmalloc committed again since count against it. */
+static void judge_tick(uint64_t now)
+{
+    uint64_t commit = property("tcmalloc.pageheap_total_commit_bytes");
+    uint64_t again = commit > judge.last_commit ? commit - judge.last_commit : 0;
+    judge.last_commit = commit;
+    if (!judge.released)
+        return;
+    judge.recommitted += again;
+    unsigned factor = active_factor;
+    if (judge.recommitted >= judge.released / 2)
+        factor = factor < ACTIVE_MAX ? factor * 2 : ACTIVE_MAX;
+    else if (now >= judge.until_ms)
+        factor = factor > ACTIVE_MIN ? factor / 2 : ACTIVE_MIN;
+    else
+        return;
+    judge.released = judge.recommitted = 0;
+    if (factor != active_factor) {
+        active_factor = factor;
+        fa_decay_init(&active, delay_ms() * factor, now);
+    }
+}
+
+uint64_t fa_release_tick(uint64_t now)
+{
+    if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+        return now + 10; /* a caller is deciding right now; look again soon */
+    int saved = errno;
+    uint64_t keep = keep_bytes(), delay = delay_ms();
+    __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
+    uint64_t held = property("tcmalloc.pageheap_free_bytes");
+    bool busy_heap = false;
+    decay_lock_take();
+    decay_start(now);
+    judge_tick(now);
+    fa_decay_observe(&decay, now, held);
+    fa_decay_observe(&active, now, held);
+    /* Busy: two large allocations within the delay (one alone, such as the
+     * call that runs this tick when there is no thread, is not a churn). */
+    busy_heap = prev_alloc_ms && now < prev_alloc_ms + delay;
+    uint64_t idle = !delay ? held : busy_heap ? fa_decay_idle(&active) : fa_decay_idle(&decay);
+    uint64_t next = fa_decay_next_ms(&decay);
+    decay_lock_drop();
+
+    bool limited = false;
+    if (held > STEP && fa_opt_u64(FA_OPT_RELEASE_PRESSURE)) {
+        /* Never cause an OOM kill: when what we hold free is more than half
+         * of what the cgroup (or the machine) can still give, another
+         * allocation may need it now; return everything free. */
+        uint64_t room = fa_pressure_headroom();
+        limited = room != UINT64_MAX;
+        if (held > room / 2) {
+            held -= release_and_count(SIZE_MAX, FA_REL_pressure);
+            idle = 0;
+        }
+    }
+    if (idle > keep && idle - keep >= STEP) {
+        size_t got = release_and_count(idle - keep, delay ? FA_REL_delay : FA_REL_threshold);
+        held = held > got ? held - got : 0;
+        if (busy_heap && got) { /* judged over the next long window */
+            judge.released += got;
+            judge.until_ms = now + delay * active_factor;
+        }
+    }
+    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+    errno = saved;
+    if (held <= keep && !__atomic_load_n(&polling, __ATOMIC_RELAXED))
+        return 0; /* nothing worth watching until large frees come back */
+    if (limited && next > now + FA_RELEASE_PRESSURE_POLL_MS)
+        next = now + FA_RELEASE_PRESSURE_POLL_MS;
+    return next > now ? next : now + 1;
+}
+
+/* No background thread: run the policy on this call when it is due. */
+static void tick_inline(void)
+{
+    uint64_t now = mono_ms();
+    if (now < __atomic_load_n(&inline_due_ms, __ATOMIC_RELAXED))
+        return;
+    uint64_t next = fa_release_tick(now);
+    __atomic_store_n(&inline_due_ms, next ? next : now + 1, __ATOMIC_RELAXED);
+}
+
 void fa_release_on_alloc(void *p, size_t n)
 {
     remember(p, n);
@@ -104,46 +316,58 @@ void fa_release_on_alloc(void *p, size_t n)
         next = old > n ? old - n : 0;
     } while (old != next && !__atomic_compare_exchange_n(&shrink, &old, next, true, __ATOMIC_RELAXED,
                                                           __ATOMIC_RELAXED));
-}
-
-/* Ask tcmalloc to release `want` bytes; returns the bytes it unmapped. */
-static size_t release_and_count(size_t want)
-{
-    size_t before = property("tcmalloc.pageheap_unmapped_bytes");
-    if (want == SIZE_MAX)
-        MallocExtension_ReleaseFreeMemory();
-    else
-        MallocExtension_ReleaseToSystem(want);
-    size_t after = property("tcmalloc.pageheap_unmapped_bytes");
-    size_t got = after > before ? after - before : 0;
-    __atomic_fetch_add(&releases, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&released_bytes, got, __ATOMIC_RELAXED);
-    return got;
+    if (delay_ms()) {
+        int saved = errno;
+        sample();
+        if (__atomic_load_n(&background, __ATOMIC_RELAXED) == BG_CALLS)
+            tick_inline();
+        errno = saved;
+    }
 }
 
 void fa_release_on_free(size_t n)
 {
-    uint64_t threshold = fa_opt_u64(FA_OPT_RELEASE_THRESHOLD);
+    uint64_t threshold = keep_bytes();
     if (__atomic_add_fetch(&shrink, n, __ATOMIC_RELAXED) <= threshold)
         return;
-    if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
-        return; /* another thread is checking right now */
     int saved = errno; /* free() must keep errno; madvise may set it */
-    __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
-    /* tcmalloc releases whole spans and remembers any excess as credit
-     * against later requests (extra_bytes_released_), so one call may
-     * release nothing; a few rounds settle it. */
-    for (int round = 0; round < 4; round++) {
-        size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
-        /* Hysteresis: past the threshold, release down to half of it. */
-        uint64_t keep = threshold / 2;
-        if (free_bytes <= keep)
-            break;
-        release_and_count(free_bytes - keep);
+    if (delay_ms() == 0) {
+        if (!__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) {
+            release_now(threshold);
+            __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+        }
+    } else if (__atomic_load_n(&background, __ATOMIC_RELAXED) != BG_THREAD) {
+        /* Large free memory is held: the background watches it from now on,
+         * or, where no thread can run, the calls themselves. */
+        bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+        bool thread = w && w();
+        __atomic_store_n(&background, thread ? BG_THREAD : BG_CALLS, __ATOMIC_RELAXED);
+        if (!thread)
+            tick_inline();
+    } else {
+        bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+        if (w)
+            w();
     }
-    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
 }
+
+void fa_release_set_waker(bool (*wake)(void)) { __atomic_store_n(&waker, wake, __ATOMIC_RELEASE); }
+
+/* A forked child with periodic dumps starts its thread at a later call,
+ * not in the fork handler. */
+static int nudge_due;
+void fa_release_nudge_later(void) { __atomic_store_n(&nudge_due, 1, __ATOMIC_RELAXED); }
+void fa_release_nudge(void)
+{
+    if (!__atomic_load_n(&nudge_due, __ATOMIC_RELAXED) || !__atomic_exchange_n(&nudge_due, 0, __ATOMIC_ACQUIRE))
+        return;
+    bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+    if (w)
+        w();
+}
+
+void fa_release_set_polling(bool on) { __atomic_store_n(&polling, on, __ATOMIC_RELAXED); }
 
 /* 0 unknown, 1 madvise mode (advise), 2 always/never/absent (do nothing). */
 static int thp_mode;
@@ -177,23 +401,34 @@ void fa_release_advise_huge(void *p, size_t n)
 size_t fa_release_all(void)
 {
     int saved = errno;
-    size_t got = release_and_count(SIZE_MAX);
+    size_t got = release_and_count(SIZE_MAX, FA_REL_request);
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
     errno = saved;
     return got;
 }
 
-void fa_release_totals(uint64_t *r, uint64_t *b)
+void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])
 {
-    *r = __atomic_load_n(&releases, __ATOMIC_RELAXED);
-    *b = __atomic_load_n(&released_bytes, __ATOMIC_RELAXED);
+    *count = __atomic_load_n(&releases, __ATOMIC_RELAXED);
+    for (int i = 0; i < FA_REL_COUNT; i++)
+        bytes[i] = __atomic_load_n(&by_reason[i], __ATOMIC_RELAXED);
 }
+
+bool fa_release_in_background(void) { return __atomic_load_n(&background, __ATOMIC_RELAXED) == BG_THREAD; }
 
 void fa_release_fork_child(void)
 {
-    /* The table stays: the child inherits the parent's live blocks. */
+    /* The table stays: the child inherits the parent's live blocks.  The
+     * child has no background thread: it starts its own when it needs one. */
     shrink = 0;
     busy = 0;
     releases = 0;
-    released_bytes = 0;
+    memset(by_reason, 0, sizeof by_reason);
+    decay_lock = 0;
+    decay_ready = 0;
+    last_alloc_ms = prev_alloc_ms = 0;
+    memset(&judge, 0, sizeof judge);
+    inline_due_ms = 0;
+    background = BG_NONE;
+    fa_pressure_reset();
 }

@@ -3,16 +3,26 @@
  * tcmalloc 2.10 keeps freed pages forever in practice (its release rate
  * counts page-heap activity, not time), while returning every large free at
  * once makes repeated large allocations pay page faults each time.  The
- * policy: count the bytes of large blocks freed beyond what large
- * allocations took back since the last check; when that exceeds
- * FORGEALLOC_RELEASE_THRESHOLD the heap is shrinking, not churning, so ask
- * tcmalloc how much it holds free and return all but half the threshold. */
+ * policy remembers demand instead: the bytes tcmalloc holds free are
+ * sampled after every large allocation and at each tick of the background
+ * thread, and only what stayed free through the last
+ * FORGEALLOC_RELEASE_DELAY (decay.h) goes back, beyond the
+ * FORGEALLOC_RELEASE_THRESHOLD kept at all times.  A steady churn of large
+ * blocks dips into its free memory all the time, so it keeps it; a process
+ * that unloaded a model and sits still gets its RSS back within the delay,
+ * with no call of its own.  When the free memory held is more than half of
+ * what the memory cgroup (or the machine) can still give, it all goes back
+ * at once (pressure.h).  FORGEALLOC_RELEASE_DELAY=0 keeps the older rule:
+ * when large frees run the threshold ahead of large allocations, return all
+ * but half the threshold at once. */
 #ifndef FA_RELEASE_H
 #define FA_RELEASE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "../stats/snapshot.h"
 
 /* Requests above tcmalloc's largest size class (256 KiB) are served from
  * the page heap directly; only those move the policy. */
@@ -25,7 +35,30 @@ void fa_release_on_alloc(void *p, size_t n);
  * return its size (0 otherwise).  Call fa_release_on_free(size) after the
  * block went back to tcmalloc. */
 size_t fa_release_forget(void *p);
+/* Put back a block fa_release_forget took out (a realloc that failed). */
+void fa_release_remember(void *p, size_t n);
 void fa_release_on_free(size_t n);
+
+/* Run the policy at `now_ms` (CLOCK_MONOTONIC_COARSE): sample, return what
+ * was idle for the whole delay, or everything under pressure.  Returns when
+ * to look again, or 0 when nothing is held that needs watching (until the
+ * next wake).  Called by the background thread; never waits for a lock
+ * held across an allocation. */
+uint64_t fa_release_tick(uint64_t now_ms);
+/* While the free memory held sits in a limited cgroup, look this often. */
+#define FA_RELEASE_PRESSURE_POLL_MS 100
+
+/* The background thread: `wake` starts it on first use and wakes it when it
+ * sleeps; it returns false where no thread can run, and the policy then
+ * runs on the allocating calls themselves. */
+void fa_release_set_waker(bool (*wake)(void));
+/* Wake the background at the next allocator call that checks (every 2^16
+ * calls of a thread): how a forked child starts its periodic dumps. */
+void fa_release_nudge_later(void);
+void fa_release_nudge(void);
+/* Look at tcmalloc's numbers on every tick even without seeing frees (when
+ * another preload serves malloc from the same tcmalloc). */
+void fa_release_set_polling(bool on);
 /* True once any large block was seen: before that no free can be large. */
 static inline bool fa_release_tracking(void)
 {
@@ -41,7 +74,10 @@ void fa_release_advise_huge(void *p, size_t n);
 
 /* Return everything free (malloc_trim, forgealloc_release). */
 size_t fa_release_all(void);
-void fa_release_totals(uint64_t *releases, uint64_t *bytes);
+/* Returns to the OS so far: count, and bytes by reason (snapshot.h). */
+void fa_release_totals(uint64_t *releases, uint64_t by_reason[FA_REL_COUNT]);
+/* True while the background thread runs the policy. */
+bool fa_release_in_background(void);
 void fa_release_fork_child(void);
 
 #endif

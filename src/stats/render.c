@@ -154,6 +154,19 @@ void fa_render_json(fa_buf *b, const fa_snapshot *s)
     json_u64(b, "peak_rss_bytes", s->peak_rss_bytes, &first);
     json_u64(b, "releases", s->releases, &first);
     json_u64(b, "released_bytes", s->released_bytes, &first);
+    json_key(b, "release", &first);
+    {
+        bool rfirst = true;
+        fa_buf_putc(b, '{');
+#define FA_REL_JSON(name, doc) json_u64(b, #name "_bytes", s->released_by[FA_REL_##name], &rfirst);
+        FA_RELEASE_REASONS(FA_REL_JSON)
+#undef FA_REL_JSON
+        if (s->tc_valid)
+            json_u64(b, "held_free_bytes", s->tc[FA_TC_pageheap_free_bytes], &rfirst);
+        json_key(b, "background", &rfirst);
+        fa_buf_str(b, s->release_background ? "true" : "false");
+        fa_buf_putc(b, '}');
+    }
     json_u64(b, "thread_records", s->stat_records, &first);
     /* Who serves malloc: when it is not forgealloc, the calls above are
      * only those that reached it anyway. */
@@ -294,22 +307,39 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     fa_buf_bytes(b, s->released_bytes);
     fa_buf_str(b, " in ");
     fa_buf_grouped(b, s->releases);
-    fa_buf_str(b, " returns (threshold ");
+    fa_buf_str(b, " returns (");
+    const char *sep = "";
+#define FA_REL_TEXT(name, doc)                                \
+    if (s->released_by[FA_REL_##name]) {                     \
+        fa_buf_printf(b, "%s%s ", sep, #name);               \
+        fa_buf_bytes(b, s->released_by[FA_REL_##name]);      \
+        sep = ", ";                                          \
+    }
+    FA_RELEASE_REASONS(FA_REL_TEXT)
+#undef FA_REL_TEXT
+    fa_buf_printf(b, "%skeeps ", sep);
     fa_buf_bytes(b, fa_opt_u64(FA_OPT_RELEASE_THRESHOLD));
+    if (fa_opt_u64(FA_OPT_RELEASE_DELAY)) {
+        fa_buf_str(b, ", returns what stays free for ");
+        fa_buf_fixed(b, (double)fa_opt_u64(FA_OPT_RELEASE_DELAY) / 1000.0, 1);
+        fa_buf_str(b, " s");
+    }
     fa_buf_str(b, "); release rate ");
     if (rate_known(s->release_rate))
         fa_buf_fixed(b, s->release_rate, s->release_rate == floor(s->release_rate) ? 0 : 2);
     else
         fa_buf_str(b, "unknown");
     fa_buf_putc(b, '\n');
-    if (!s->cuda_seen) {
-        fa_buf_str(b, "  device: no CUDA calls\n");
-        return;
-    }
+    /* Blind comes first: under those settings PyTorch may make no call
+     * the shim sees at all. */
     if (s->device_blind) {
         fa_buf_str(b, "  device: pool off (");
         fa_buf_quoted_raw(b, s->blind_reason ? s->blind_reason : "blind", 200);
         fa_buf_str(b, ")\n");
+    }
+    if (!s->cuda_seen) {
+        fa_buf_str(b, "  device: no CUDA calls\n");
+        return;
     }
     for (int i = 0; i < s->ndevices; i++) {
         const fa_device_stats *d = &s->dev[i];
@@ -412,6 +442,10 @@ void fa_render_prometheus(fa_buf *b, const fa_snapshot *s)
                 s->releases);
     prom_metric(b, s, "host_released_bytes_total", "counter", "bytes forgealloc returned to the OS",
                 s->released_bytes);
+#define FA_REL_PROM(name, doc) \
+    prom_metric(b, s, "host_release_" #name "_bytes_total", "counter", doc, s->released_by[FA_REL_##name]);
+    FA_RELEASE_REASONS(FA_REL_PROM)
+#undef FA_REL_PROM
     if (s->tc_valid) {
         for (int i = 0; i < FA_TC_COUNT; i++) {
             char nbuf[80];

@@ -32,6 +32,21 @@ enum fa_tc_prop {
 extern const char *const fa_tc_keys[FA_TC_COUNT];
 extern const char *const fa_tc_props[FA_TC_COUNT];
 
+/* Why forgealloc returned free host memory to the OS: JSON key
+ * host.release.<reason>_bytes. */
+#define FA_RELEASE_REASONS(X)                                                                          \
+    X(delay, "free memory that stayed unused for FORGEALLOC_RELEASE_DELAY (also while the program idles)") \
+    X(threshold, "returned at once past FORGEALLOC_RELEASE_THRESHOLD (FORGEALLOC_RELEASE_DELAY=0)")        \
+    X(pressure, "returned at once because the memory cgroup or the machine ran short")                    \
+    X(request, "returned on request: malloc_trim, forgealloc_release")
+
+enum fa_release_reason {
+#define FA_REL_ENUM(name, doc) FA_REL_##name,
+    FA_RELEASE_REASONS(FA_REL_ENUM)
+#undef FA_REL_ENUM
+    FA_REL_COUNT
+};
+
 /* Per-device numbers: JSON keys of device.devices[] (DESIGN.md), unit and
  * meaning.  allocs = pool_allocs + fallback_allocs. */
 #define FA_DEVICE_FIELDS(X)                                                                          \
@@ -96,6 +111,8 @@ typedef struct fa_snapshot {
     fa_tstats host;
     uint64_t rss_bytes, peak_rss_bytes;
     uint64_t releases, released_bytes; /* returns to the OS made by forgealloc */
+    uint64_t released_by[FA_REL_COUNT]; /* released_bytes by reason */
+    bool release_background;            /* the background thread runs the policy */
     bool in_signal;     /* taken in a signal handler: tcmalloc is not called */
     bool tc_valid;      /* false when no copy of tcmalloc's numbers was available */
     uint64_t tc_age_ms; /* age of that copy (0: read now) */

@@ -7,13 +7,19 @@ sizes (KBs to tens of MBs), saves each to a temporary directory, then cycles
 through them: torch.load, use every tensor (a mat-vec or a sum), drop,
 gc.collect(), and record RSS after each unload.
 
-usage: model_switch.py --models MB[,MB...] --cycles N
+usage: model_switch.py --models MB[,MB...] --cycles N [--settle S]
 Prints one JSON object: rss_baseline (after import, before any model),
 rss_series (bytes after each unload), rss_after_unload (the last),
-rss_after_unload_max, rss_loaded_max, load_s.
+rss_after_unload_max, rss_loaded_max, load_s, switch_s (the switching loop
+alone) and, with --settle, anon_settled: RssAnon after sleeping S seconds
+past the last unload (an idle WebUI that unloaded its model).
+
+With FA_BENCH_TRIM=1 in the environment, malloc_trim(0) runs right after
+each unload: glibc's best case, the row to compare settled RSS against.
 """
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -44,6 +50,14 @@ def rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def rss_anon_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return -1
+
+
 def build_state_dict(index, target_bytes):
     """Tensors from BLOCK, rotated by index so models differ in order and mix."""
     state, total, n = {}, 0, 0
@@ -72,7 +86,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", required=True, help="model sizes in MiB, comma-separated")
     parser.add_argument("--cycles", type=int, required=True, help="passes over all models")
+    parser.add_argument("--settle", type=float, default=0, help="seconds to sleep after the last unload")
     args = parser.parse_args()
+    trim = ctypes.CDLL("libc.so.6").malloc_trim if os.environ.get("FA_BENCH_TRIM") == "1" else None
     sizes_mib = [int(s) for s in args.models.split(",")]
 
     baseline = rss_bytes()
@@ -87,6 +103,7 @@ def main():
             paths.append(path)
         gc.collect()
 
+        switch_start = time.monotonic()
         for _ in range(args.cycles):
             for path in paths:
                 start = time.monotonic()
@@ -96,7 +113,15 @@ def main():
                 loaded_max = max(loaded_max, rss_bytes())
                 del state
                 gc.collect()
+                if trim:
+                    trim(0)
                 series.append(rss_bytes())
+        switch_s = time.monotonic() - switch_start
+    anon_unload = rss_anon_bytes()
+    anon_settled = -1
+    if args.settle > 0:
+        time.sleep(args.settle)
+        anon_settled = rss_anon_bytes()
 
     print(
         json.dumps(
@@ -108,6 +133,9 @@ def main():
                 "rss_after_unload_max": max(series),
                 "rss_loaded_max": loaded_max,
                 "load_s": round(load_s, 3),
+                "switch_s": round(switch_s, 3),
+                "anon_after_unload": anon_unload,
+                "anon_settled": anon_settled,
             }
         )
     )

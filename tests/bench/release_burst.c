@@ -7,8 +7,16 @@
  * phase of small malloc/free pairs (rss_after_churn) that lets allocators
  * which purge lazily on later activity catch up.
  *
- * usage: release_burst */
+ * With SETTLE_S, the process then sleeps that long without an allocator
+ * call and reports RSS at the end (rss_settled): what an idle process that
+ * unloaded a model gets back with no call of its own.  burst_s is the time
+ * up to the end of the churn, without the sleep.
+ *
+ * usage: release_burst [SETTLE_S] */
 #include "bench.h"
+
+#include <fcntl.h>
+#include <string.h>
 
 #define BLOCKS 200
 #define BLOCK_SIZE ((size_t)4 << 20) /* 4 MiB: 800 MiB in all */
@@ -16,9 +24,26 @@
 #define CHURN_PAIRS 200000
 #define CHURN_SIZE 64
 
-int main(void)
+/* RSS without stdio: the settle phase must make no allocator call. */
+static long long rss_raw(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *sp = strchr(buf, ' ');
+    return sp ? atoll(sp + 1) * sysconf(_SC_PAGESIZE) : -1;
+}
+
+int main(int argc, char **argv)
 {
     static char *block[BLOCKS];
+    double settle = argc > 1 ? atof(argv[1]) : 0;
+    double t0 = bench_now();
     long long rss_before = bench_rss_bytes();
 
     for (int i = 0; i < BLOCKS; i++) {
@@ -42,9 +67,19 @@ int main(void)
         free(p);
     }
     long long rss_after_churn = bench_rss_bytes();
+    double burst_s = bench_now() - t0;
+    long long rss_settled = -1;
+    if (settle > 0) {
+        struct timespec ts = {(time_t)settle, (long)((settle - (double)(time_t)settle) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+        rss_settled = rss_raw();
+    }
 
     printf("{\"rss_before\": %lld, \"rss_loaded\": %lld, \"rss_after_unload\": %lld, "
-           "\"rss_after_churn\": %lld}\n",
-           rss_before, rss_peak, rss_after_unload, rss_after_churn);
+           "\"rss_after_churn\": %lld, \"rss_settled\": %lld, \"settled_above_before\": %lld, "
+           "\"burst_s\": %.4f}\n",
+           rss_before, rss_peak, rss_after_unload, rss_after_churn, rss_settled,
+           settle > 0 ? rss_settled - rss_before : -1, burst_s);
     return 0;
 }

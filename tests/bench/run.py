@@ -30,12 +30,14 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+import gpu  # the GPU workloads (gpu.py): run when a CUDA device is present
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
 
 CC = os.environ.get("CC", "gcc")
 CFLAGS = ("-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-pthread")
-C_PROGRAMS = ("measure", "churn", "prodcons", "large_repeat", "release_burst", "proc_start")
+C_PROGRAMS = ("measure", "churn", "prodcons", "large_repeat", "large_churn", "release_burst", "proc_start")
 C_HEADERS = ("bench.h",)
 # Built against the stand-in CUDA runtime of tests/device, when the CMake
 # build has it (BUILD/tests/device/libcudart.so.13).
@@ -56,6 +58,7 @@ ALLOCATOR_ENV_PREFIXES = (
     "GLIBC_TUNABLES",
     "MIMALLOC_",
     "PYTHONMALLOC",
+    "FA_BENCH_",
 )
 
 TCMALLOC_SONAME = "libtcmalloc_minimal.so.4"
@@ -75,6 +78,8 @@ class Allocator:
 CHURN_OPS = (4_000_000, 20_000_000)  # operations per thread
 PRODCONS_BLOCKS = (500_000, 3_000_000)
 LARGE_ITERATIONS = (60, 300)
+LARGE_CHURN_STEPS = (600, 1500)
+SETTLE_S = 6  # an idle process: RSS is read this long after the last free
 MODEL_SIZES_MIB = ("100,160", "150,250,300,400")
 MODEL_CYCLES = (2, 3)
 PYTHON_ROUNDS = (15, 60)
@@ -101,7 +106,8 @@ class Workload:
 
 
 STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
-ALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "forgealloc+stats")  # the last: stats-overhead only
+# forgealloc+stats: stats-overhead only; glibc+trim (malloc_trim(0) after each unload): model-switch only.
+ALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "forgealloc+stats", "glibc+trim")
 OPS = ("ops_per_s", "Mops/s", 1e-6)
 
 WORKLOADS = (
@@ -116,17 +122,43 @@ WORKLOADS = (
         metrics=(("ms_per_iter", "ms/iter", 1),),
     ),
     Workload(
+        "large-churn",
+        "16 live blocks of 1-32 MiB, one replaced per step, touched",
+        "large_churn",
+        (LARGE_CHURN_STEPS, "16", "32"),
+        metrics=(("ms_per_step", "ms/step", 1),),
+    ),
+    Workload(
+        "large-churn-8x64",
+        "8 live blocks of 1-64 MiB, one replaced per step, touched",
+        "large_churn",
+        (LARGE_CHURN_STEPS, "8", "64"),
+        metrics=(("ms_per_step", "ms/step", 1),),
+    ),
+    Workload(
         "release-burst",
         "200 x 4 MiB touched then all freed",
         "release_burst",
         metrics=(("rss_after_churn", "MB after churn", 1 / MB),),
     ),
     Workload(
+        "release-idle",
+        f"release-burst, then {SETTLE_S} s asleep without an allocator call",
+        "release_burst",
+        (str(SETTLE_S),),
+        metrics=(("burst_s", "s burst", 1), ("settled_above_before", "MB above start when settled", 1 / MB)),
+    ),
+    Workload(
         "model-switch",
         "PyTorch CPU state dicts saved, loaded, used, dropped",
         "model_switch.py",
-        ("--models", MODEL_SIZES_MIB, "--cycles", MODEL_CYCLES),
-        metrics=(("load_s", "s in torch.load", 1), ("rss_after_unload_max", "MB max after unload", 1 / MB)),
+        ("--models", MODEL_SIZES_MIB, "--cycles", MODEL_CYCLES, "--settle", str(SETTLE_S)),
+        allocators=(*STANDARD_ALLOCATORS, "glibc+trim"),
+        metrics=(
+            ("switch_s", "s switching", 1),
+            ("rss_after_unload_max", "MB max after unload", 1 / MB),
+            ("anon_settled", "MB anon settled", 1 / MB),
+        ),
         needs_module="torch",
     ),
     Workload("python", "CPython json/str/dict churn, pymalloc", "python_alloc.py", (PYTHON_ROUNDS,)),
@@ -197,6 +229,7 @@ def discover_allocators(forgealloc_lib, stats_file):
     allocators, notes = [], []
     allocators.append(Allocator("glibc"))
     allocators.append(Allocator("glibc-mmap1M", env={"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP_THRESHOLD)}))
+    allocators.append(Allocator("glibc+trim", env={"FA_BENCH_TRIM": "1"}))
     for name, soname in (("tcmalloc", TCMALLOC_SONAME), ("jemalloc", JEMALLOC_SONAME), ("mimalloc", MIMALLOC_SONAME)):
         path = find_library(soname)
         if path:
@@ -437,11 +470,19 @@ def parse_args():
     parser.add_argument("--quick", action="store_true", help="small counts, about two minutes")
     parser.add_argument("--json", metavar="FILE", help="write all samples and medians as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="plot model-switch RSS after each unload (gnuplot)")
+    names += gpu.NAMES
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=names, help="workloads: " + " ".join(names))
     parser.add_argument(
         "--allocators", nargs="+", metavar="NAME", choices=ALL_ALLOCATORS, help="only: " + " ".join(ALL_ALLOCATORS)
     )
     parser.add_argument("--reps", type=int, help="repetitions per allocator (default: 3 quick, 5 full)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+        help="also run forgealloc with these settings as allocator NAME (e.g. forgealloc-hp0:FORGEALLOC_HUGEPAGES=0)",
+    )
     parser.add_argument("--build-dir", default=os.path.join(REPO_DIR, "build"), help="the CMake build directory")
     args = parser.parse_args()
     if args.reps is not None and args.reps < 1:
@@ -474,6 +515,13 @@ def main():
         if "forgealloc" in wanted and "forgealloc" not in allocators:
             print(f"error: {forgealloc_lib} not found (build it, or set FORGEALLOC_LIB)", file=sys.stderr)
             return 1
+        variants = []
+        for spec in args.variant:
+            name, _, settings = spec.partition(":")
+            env = dict(kv.split("=", 1) for kv in settings.split(",") if "=" in kv)
+            if "forgealloc" in allocators and name:
+                allocators[name] = Allocator(name, allocators["forgealloc"].preload, env)
+                variants.append(name)
         for note in notes:
             print(f"note: {note}")
         try:
@@ -488,6 +536,8 @@ def main():
         results = []
         for workload in workloads:
             names = [n for n in (workload.allocators or STANDARD_ALLOCATORS) if n in allocators and n in wanted]
+            if "forgealloc" in names:
+                names += variants
             if workload.needs_module and not importlib.util.find_spec(workload.needs_module):
                 print(f"note: {workload.name}: Python module {workload.needs_module} missing, skipped")
                 continue
@@ -511,8 +561,11 @@ def main():
         if args.plot:
             write_plot(os.path.abspath(args.plot), [(w, rows) for w, rows, _ in results], scratch)
 
+    gpu_report = gpu.run(args.only, args.quick, reps, build_dir, forgealloc_lib)
+
     if args.json:
         report = {
+            "gpu": gpu_report,
             "machine": machine,
             "mode": mode,
             "reps": reps,

@@ -389,6 +389,32 @@ static int blind(void)
     return failures;
 }
 
+/* blind_nomalloc [none|info] [VAR=VALUE]: PyTorch under those settings never
+ * calls cudaMalloc.  Optionally set VAR the way a Python program sets
+ * os.environ before importing torch, then make no CUDA call at all (none)
+ * or only the calls such a program still makes through the runtime (info);
+ * run.py reads the verdict from the exit dump. */
+static int blind_nomalloc(const char *calls, const char *assign)
+{
+    if (assign) {
+        char var[64];
+        const char *eq = strchr(assign, '=');
+        CHECK(eq && (size_t)(eq - assign) < sizeof var);
+        if (!eq || (size_t)(eq - assign) >= sizeof var)
+            return failures;
+        memcpy(var, assign, (size_t)(eq - assign));
+        var[eq - assign] = '\0';
+        CHECK(setenv(var, eq + 1, 1) == 0);
+    }
+    if (strcmp(calls, "info") == 0) {
+        size_t f = 0, t = 0;
+        CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess && f <= t && t > 0);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    }
+    CHECK(fakecuda_calls("cudaMalloc") == 0);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -412,6 +438,9 @@ int main(int argc, char **argv)
         return passthrough() ? 1 : 0;
     if (strcmp(mode, "blind") == 0)
         return blind() ? 1 : 0;
-    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|errors|capture|passthrough|blind\n");
+    if (strcmp(mode, "blind_nomalloc") == 0)
+        return blind_nomalloc(argc > 2 ? argv[2] : "none", argc > 3 ? argv[3] : NULL) ? 1 : 0;
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|errors|capture|passthrough|blind\n"
+                    "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;
 }

@@ -103,6 +103,54 @@ def case_blind():
               f"device.blind: {doc['device']}")
 
 
+def dumps(args, **env):
+    """Run d_pool with a JSON and then a text exit dump: (json document, text)."""
+    with tempfile.TemporaryDirectory() as d:
+        ok(run(args, FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s.json", **env), f"{args} {env}")
+        ok(run(args, FORGEALLOC_STATS="text", FORGEALLOC_STATS_FILE=f"{d}/s.txt", **env), f"{args} {env}")
+        return json.load(open(f"{d}/s.json")), open(f"{d}/s.txt").read()
+
+
+def case_blind_settings():
+    """Both PyTorch settings that bypass cudaMalloc, under both variable names, set at start or by the
+    program itself, with or without a cudaMalloc: the JSON and text dumps say blind and why; settings
+    that do not bypass it are not blind."""
+    blind = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "expandable_segments"),
+             ("PYTORCH_ALLOC_CONF", "max_split_size_mb:128, expandable_segments : True", "expandable_segments"),
+             ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", "cudaMallocAsync"),
+             ("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync,release_lock_on_cudamalloc:True", "cudaMallocAsync")]
+    modes = [(["blind"], True), (["blind_nomalloc", "info"], True), (["blind_nomalloc", "none"], False)]
+    for var, value, word in blind:
+        for args, seen in modes:
+            for how in ("environment", "setenv"):
+                if how == "environment":
+                    doc, text = dumps(args, **{var: value})
+                elif args[0] == "blind":
+                    continue  # d_pool blind has no setenv variant
+                else:
+                    doc, text = dumps(args + [f"{var}={value}"])
+                dev = doc["device"]
+                what = f"{var}={value!r} ({how}), d_pool {' '.join(args)}"
+                check(dev["blind"] is True and var in dev["blind_reason"] and word in dev["blind_reason"],
+                      f"{what}: JSON device {dev}")
+                check(dev["cuda_seen"] is seen, f"{what}: cuda_seen {dev['cuda_seen']}")
+                lines = [ln for ln in text.splitlines() if ln.startswith("  device: pool off (")]
+                check(len(lines) == 1 and var in lines[0] and word in lines[0], f"{what}: text dump\n{text}")
+                check(("no CUDA calls" in text) is not seen, f"{what}: text dump\n{text}")
+    not_blind = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False"),
+                 ("PYTORCH_ALLOC_CONF", "max_split_size_mb:512,backend:native"),
+                 ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,expandable_segments:False"),
+                 ("PYTORCH_ALLOC_CONF", "not_expandable_segments:True"),
+                 ("PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True")]
+    for var, value in not_blind:
+        for args in (["blind_nomalloc", "info"], ["blind_nomalloc", "none"]):
+            doc, text = dumps(args, **{var: value})
+            what = f"{var}={value!r}, d_pool {' '.join(args)}"
+            check(doc["device"]["blind"] is False and doc["device"]["blind_reason"] is None,
+                  f"{what}: JSON device {doc['device']}")
+            check("pool off" not in text, f"{what}: text dump\n{text}")
+
+
 def case_rtld_local():
     ok(run([], prog="d_rtld"), "framework loaded with RTLD_LOCAL")
 

@@ -409,6 +409,7 @@ def case_demo():
             "--scale", "0.1"], timeout=300)
     check(r.returncode == 0, f"demo failed: {r.stdout} {r.stderr}")
     check("allocator forgealloc" in r.stdout and re.search(r"after unload\s+\d+ MiB", r.stdout), r.stdout)
+    check(re.search(r"^demo: idle \d+ s after the last unload \(no allocation\), RSS \d+ MiB", r.stdout, re.M), r.stdout)
     check(re.search(r"^forgealloc [0-9.]+: pid \d+ .*exit after", r.stderr, re.M), f"stats at exit: {r.stderr!r}")
 
 

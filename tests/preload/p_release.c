@@ -1,10 +1,31 @@
 /* p_release.c - the host release patterns and glibc introspection.
  *
- *   p_release burst    200 x 4 MB allocated, touched, all freed (a model
- *                      unload); prints "rss_after_free_mb N"
+ *   p_release burst [S] 200 x 4 MB allocated, touched, all freed (a model
+ *                      unload); prints "rss_after_free_mb N", then sleeps
+ *                      S seconds (no allocator call) printing
+ *                      "rss_settled_mb N after_ms T" once RSS is within
+ *                      64 MB of where it started, and "rss_end_mb N"
+ *   p_release fork S   the burst in a child forked after the parent made
+ *                      its own burst: both settle (lines prefixed
+ *                      "parent"/"child")
  *   p_release churn    allocate, touch, free blocks of 1-32 MB, 300 times
  *                      (repeated large allocations); prints the number of
  *                      releases forgealloc made: "releases N"
+ *   p_release churn16 N  16 live blocks of 1-32 MB (log-uniform), one
+ *                      freed and re-allocated per step for N steps, every
+ *                      page touched; prints "releases N"
+ *   p_release hold MB S  MB in 4 MB blocks allocated, touched, all freed;
+ *                      prints "freed", sleeps S seconds, prints RSS
+ *   p_release need MB  allocates and touches MB; prints "got"
+ *   p_release realloc  two 8 MB blocks, a realloc of one that fails, both
+ *                      freed: prints "releases N" (the failed realloc must
+ *                      leave the block known to the release policy)
+ *   p_release forkrel N  N rounds of: 160 MB freed (the background thread
+ *                      releasing), fork at varying moments, the child
+ *                      allocates and exits; exit 1 if a child hangs
+ *   p_release threads  prints "helper_threads N": threads named
+ *                      forgealloc, after small allocations only, then
+ *                      after a large burst was freed
  *   p_release intro    mallinfo/mallinfo2, malloc_trim, mallopt,
  *                      malloc_stats, malloc_info; exit 0 when they answer
  *                      for the real allocator */
@@ -15,6 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MB (1024 * 1024)
@@ -91,20 +116,186 @@ static int intro(void)
     return failures;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Threads of this process named "forgealloc". */
+static int helper_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(comm, sizeof comm, f) && strcmp(comm, "forgealloc\n") == 0)
+            n++;
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* 200 x 4 MB allocated, touched, freed; then `settle` seconds without an
+ * allocator call (stdio buffers were allocated before the burst). */
+static void burst(const char *who, double settle)
+{
+    enum { N = 200 };
+    static char *blocks[N];
+    long before = rss_mb();
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(4 * MB);
+        touch(blocks[i], 4 * MB);
+    }
+    printf("%srss_peak_mb %ld\n", who, rss_mb());
+    for (int i = 0; i < N; i++)
+        free(blocks[i]);
+    double t0 = now_s();
+    printf("%srss_after_free_mb %ld\n", who, rss_mb());
+    fflush(stdout);
+    int settled = 0;
+    while (now_s() - t0 < settle) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        long r = rss_mb();
+        if (!settled && r <= before + 64) {
+            printf("%srss_settled_mb %ld after_ms %d\n", who, r, (int)((now_s() - t0) * 1000));
+            fflush(stdout);
+            settled = 1;
+        }
+    }
+    printf("%srss_end_mb %ld\n", who, rss_mb());
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
+    double arg = argc > 2 ? atof(argv[2]) : 0;
     if (strcmp(mode, "burst") == 0) {
-        enum { N = 200 };
-        static char *blocks[N];
-        for (int i = 0; i < N; i++) {
+        burst("", arg);
+        return 0;
+    }
+    if (strcmp(mode, "fork") == 0) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        burst("parent ", 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            burst("child ", arg);
+            _exit(0);
+        }
+        burst("parent ", arg);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    if (strcmp(mode, "hold") == 0 || strcmp(mode, "need") == 0) {
+        int n = (int)arg / 4;
+        char **blocks = calloc((size_t)n, sizeof *blocks);
+        for (int i = 0; i < n; i++) {
             blocks[i] = malloc(4 * MB);
             touch(blocks[i], 4 * MB);
         }
-        printf("rss_peak_mb %ld\n", rss_mb());
-        for (int i = 0; i < N; i++)
+        if (mode[0] == 'n') {
+            printf("got\n");
+            return 0;
+        }
+        for (int i = 0; i < n; i++)
             free(blocks[i]);
-        printf("rss_after_free_mb %ld\n", rss_mb());
+        printf("freed\n");
+        fflush(stdout);
+        double settle = argc > 3 ? atof(argv[3]) : 0;
+        struct timespec ts = {(time_t)settle, 0};
+        nanosleep(&ts, NULL);
+        printf("rss_end_mb %ld\n", rss_mb());
+        return 0;
+    }
+    if (strcmp(mode, "realloc") == 0) {
+        static size_t volatile huge = SIZE_MAX / 2;
+        uint64_t before = stat_of("host.releases");
+        char *a = malloc(8 * MB), *b = malloc(8 * MB);
+        touch(a, 8 * MB);
+        touch(b, 8 * MB);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+        CHECK(realloc(a, huge) == NULL);
+        a[1] = 1; /* still ours */
+#pragma GCC diagnostic pop
+        free(a);
+        free(b);
+        printf("releases %llu\n", (unsigned long long)(stat_of("host.releases") - before));
+        return failures;
+    }
+    if (strcmp(mode, "forkrel") == 0) {
+        for (int round = 0; round < (int)arg; round++) {
+            char *b[40];
+            for (int i = 0; i < 40; i++) {
+                b[i] = malloc(4 * MB);
+                touch(b[i], 4 * MB);
+            }
+            for (int i = 0; i < 40; i++)
+                free(b[i]);
+            struct timespec ts = {0, (round % 7) * 3000000L};
+            nanosleep(&ts, NULL);
+            pid_t pid = fork();
+            if (pid == 0) {
+                char *c = malloc(8 * MB);
+                touch(c, 8 * MB);
+                free(c);
+                _exit(0);
+            }
+            int status = 0, w;
+            for (w = 0; w < 1000 && waitpid(pid, &status, WNOHANG) != pid; w++) {
+                struct timespec tick = {0, 10 * 1000000L};
+                nanosleep(&tick, NULL);
+            }
+            if (w == 1000) {
+                fprintf(stderr, "p_release: child %d hung in round %d\n", (int)pid, round);
+                kill(pid, SIGKILL);
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (strcmp(mode, "threads") == 0) {
+        for (int i = 0; i < 1000; i++)
+            free(malloc((size_t)(i % 64) * 1024 + 1));
+        char *one = malloc(2 * MB); /* a lone large block: below the threshold */
+        free(one);
+        printf("helper_threads_small %d\n", helper_threads());
+        burst("", 0);
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+        printf("helper_threads_after_burst %d\n", helper_threads());
+        return 0;
+    }
+    if (strcmp(mode, "churn16") == 0) {
+        uint64_t before = stat_of("host.releases"), bytes_before = stat_of("host.released_bytes");
+        enum { LIVE = 16 };
+        char *live[LIVE] = {0};
+        unsigned long long seed = 0x5EED;
+        long steps = (long)arg;
+        for (long i = 0; i < steps + LIVE; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int slot = i < LIVE ? (int)i : (int)((seed >> 33) % LIVE);
+            unsigned e = 20 + (unsigned)((seed >> 20) % 5); /* 1 MiB .. 32 MiB, log-uniform */
+            size_t n = ((size_t)1 << e) + (size_t)((seed >> 40) % ((size_t)1 << e));
+            free(live[slot]);
+            live[slot] = malloc(n);
+            touch(live[slot], n);
+        }
+        printf("releases %llu released_mb %llu\n", (unsigned long long)(stat_of("host.releases") - before),
+               (unsigned long long)((stat_of("host.released_bytes") - bytes_before) / MB));
+        for (int i = 0; i < LIVE; i++)
+            free(live[i]);
         return 0;
     }
     if (strcmp(mode, "churn") == 0) {

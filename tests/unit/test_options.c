@@ -183,7 +183,7 @@ static void test_load_and_messages(void **state)
     assert_true(fa_opt(FA_OPT_DEVICE_POOL_SIZE)->is_pct);
     assert_int_equal(fa_opt(FA_OPT_STATS)->src, FA_SRC_ENV);
     assert_int_equal(fa_opt(FA_OPT_RELEASE_RATE)->src, FA_SRC_DEFAULT);
-    assert_true(fa_opt(FA_OPT_RELEASE_RATE)->d == 10.0);
+    assert_true(fa_opt(FA_OPT_RELEASE_RATE)->d == 0.0);
 
     /* Three bad values: three lines, each naming its variable, the
      * expectation and the default used; defaults kept. */
@@ -193,13 +193,13 @@ static void test_load_and_messages(void **state)
     assert_int_equal(fa_options_load(env_bad), 3);
     fa_capture_stderr_end(out, sizeof out);
     assert_int_equal(fa_count_lines(out), 4);
-    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_RELEASE_RATE='abc' is not a number from 0 to 10; using 10\n"));
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_RELEASE_RATE='abc' is not a number from 0 to 10; using 0\n"));
     assert_non_null(strstr(out, "forgealloc: FORGEALLOC_DEVICE_POOL_SIZE='12X' is not a size or percentage (use 4G, "
                                 "512MiB or 40%); using 1.00 GiB\n"));
     assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATS='xml\\x01\\xff' is not one of off, text, json, "
                                 "prometheus; using off\n"));
     assert_non_null(strstr(out, "FORGEALLOC_STATZ is not a forgealloc setting"));
-    assert_true(fa_opt(FA_OPT_RELEASE_RATE)->d == 10.0);
+    assert_true(fa_opt(FA_OPT_RELEASE_RATE)->d == 0.0);
     assert_int_equal(fa_opt(FA_OPT_RELEASE_RATE)->src, FA_SRC_INVALID);
     assert_int_equal(fa_opt_u64(FA_OPT_STATS), FA_STATS_OFF);
 
@@ -247,7 +247,7 @@ static void test_rendering(void **state)
     assert_string_equal(out, "1.500s");
     fa_buf_init(&b, out, sizeof out);
     fa_option_format(&b, FA_OPT_RELEASE_THRESHOLD);
-    assert_string_equal(out, "64.0 MiB");
+    assert_string_equal(out, "32.0 MiB");
 
     fa_buf_init(&b, out, sizeof out);
     fa_options_json(&b);
@@ -285,6 +285,10 @@ static void test_concurrent_first_load(void **state)
 {
     (void)state;
     int zeros = 0;
+    /* The table's defaults, parsed here without loading. */
+    uint64_t want_threshold = parse_ok(FA_OPT_RELEASE_THRESHOLD, fa_option_table[FA_OPT_RELEASE_THRESHOLD].def).u;
+    uint64_t want_report = parse_ok(FA_OPT_LARGE_ALLOC_REPORT, fa_option_table[FA_OPT_LARGE_ALLOC_REPORT].def).u;
+    assert_true(want_threshold != 0 && want_report != 0);
     for (int i = 0; i < 400; i++) {
         pid_t pid = fork();
         assert_true(pid >= 0);
@@ -294,7 +298,7 @@ static void test_concurrent_first_load(void **state)
             go = 1;
             (void)fa_opt(FA_OPT_LOG); /* this thread loads */
             pthread_join(t, NULL);
-            _exit(seen_threshold == (64ull << 20) && seen_report == (1ull << 30) ? 0 : 1);
+            _exit(seen_threshold == want_threshold && seen_report == want_report ? 0 : 1);
         }
         int status = 0;
         waitpid(pid, &status, 0);

@@ -1,0 +1,298 @@
+/* pressure.c - memory headroom from cgroups and /proc/meminfo (pressure.h). */
+#define _GNU_SOURCE
+#include "pressure.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+
+#define DIR_MAX 1024
+
+/* The memory cgroup found at first use: 0 not looked, 1 found, 2 none. */
+static int state;
+static bool is_v1;
+static size_t mount_len; /* the part of dir that is the mount point */
+static char dir[DIR_MAX];
+static int lock;
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (*s < '0' || *s > '9')
+        return false;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+bool fa_pressure_parse_limit(const char *text, uint64_t *out)
+{
+    if (strncmp(text, "max", 3) == 0) {
+        *out = UINT64_MAX;
+        return true;
+    }
+    if (!parse_u64(text, out))
+        return false;
+    if (*out >= ((uint64_t)1 << 62)) /* v1 writes 9223372036854771712 for "none" */
+        *out = UINT64_MAX;
+    return true;
+}
+
+bool fa_pressure_parse_meminfo(const char *text, uint64_t *out)
+{
+    const char *p = strstr(text, "MemAvailable:");
+    if (!p)
+        return false;
+    p += sizeof "MemAvailable:" - 1;
+    while (*p == ' ')
+        p++;
+    uint64_t kb;
+    if (!parse_u64(p, &kb))
+        return false;
+    *out = kb * 1024u;
+    return true;
+}
+
+/* The n-th space-separated field of a line (0-based), its length in *len. */
+static const char *field(const char *line, int n, size_t *len)
+{
+    const char *p = line;
+    for (int i = 0; i < n; i++) {
+        p = strchr(p, ' ');
+        if (!p)
+            return NULL;
+        p++;
+    }
+    const char *e = p;
+    while (*e && *e != ' ' && *e != '\n')
+        e++;
+    *len = (size_t)(e - p);
+    return p;
+}
+
+/* The path of the cgroup line "ID:CONTROLLERS:PATH" whose controllers are
+ * `want` ("" for the v2 line, "memory" among a v1 list). */
+static const char *cgroup_path(const char *proc_cgroup, bool v1, size_t *len)
+{
+    for (const char *l = proc_cgroup; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *c = strchr(l, ':');
+        if (!c)
+            return NULL;
+        const char *c2 = strchr(c + 1, ':');
+        const char *end = strchr(l, '\n');
+        if (!c2 || (end && c2 > end))
+            continue;
+        bool match = false;
+        if (!v1) {
+            match = c2 == c + 1 && strncmp(l, "0:", 2) == 0;
+        } else {
+            for (const char *w = c + 1; w < c2;) {
+                const char *comma = memchr(w, ',', (size_t)(c2 - w));
+                const char *we = comma ? comma : c2;
+                if (we - w == 6 && strncmp(w, "memory", 6) == 0)
+                    match = true;
+                w = we + 1;
+            }
+        }
+        if (match) {
+            const char *p = c2 + 1;
+            *len = end ? (size_t)(end - p) : strlen(p);
+            return p;
+        }
+    }
+    return NULL;
+}
+
+bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *line, char *out, size_t cap, bool *v1,
+                            size_t *mlen)
+{
+    /* mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS */
+    const char *sep = strstr(line, " - ");
+    if (!sep)
+        return false;
+    size_t tlen = 0, rlen = 0, mplen = 0, olen = 0;
+    const char *type = field(sep + 3, 0, &tlen);
+    const char *super = field(sep + 3, 2, &olen);
+    const char *root = field(line, 3, &rlen);
+    const char *mp = field(line, 4, &mplen);
+    if (!type || !root || !mp)
+        return false;
+    bool is2 = tlen == 7 && strncmp(type, "cgroup2", 7) == 0;
+    bool is1 = tlen == 6 && strncmp(type, "cgroup", 6) == 0;
+    if (is1) {
+        bool mem = false;
+        for (const char *w = super; w && w < super + olen;) {
+            const char *comma = memchr(w, ',', (size_t)(super + olen - w));
+            const char *we = comma ? comma : super + olen;
+            if (we - w == 6 && strncmp(w, "memory", 6) == 0)
+                mem = true;
+            w = we + 1;
+        }
+        if (!mem)
+            return false;
+    } else if (!is2) {
+        return false;
+    }
+    size_t plen;
+    const char *path = cgroup_path(proc_cgroup, is1, &plen);
+    if (!path)
+        return false;
+    /* The mount shows the hierarchy from ROOT down: strip it from PATH. */
+    if (!(rlen == 1 && root[0] == '/')) {
+        if (plen < rlen || strncmp(path, root, rlen) != 0 || (plen > rlen && path[rlen] != '/'))
+            return false;
+        path += rlen;
+        plen -= rlen;
+    }
+    if (mplen + plen + 1 > cap)
+        return false;
+    memcpy(out, mp, mplen);
+    memcpy(out + mplen, path, plen);
+    out[mplen + plen] = '\0';
+    while (mplen + plen > mplen && out[mplen + plen - 1] == '/')
+        out[mplen + --plen] = '\0';
+    *v1 = is1;
+    *mlen = mplen;
+    return true;
+}
+
+/* Find our memory cgroup: the v2 hierarchy wins over v1 when the memory
+ * controller is enabled there (memory.max exists). */
+static void find_cgroup(void)
+{
+    char cg[2048];
+    if (fa_read_file("/proc/self/cgroup", cg, sizeof cg) <= 0) {
+        state = 2;
+        return;
+    }
+    int saved = errno;
+    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        errno = saved;
+        state = 2;
+        return;
+    }
+    /* Lines one at a time through a stack buffer; overlong lines skipped. */
+    char buf[4096], cand[DIR_MAX];
+    size_t have = 0;
+    bool found = false, eof = false;
+    while (!found && !(eof && have == 0)) {
+        if (!eof) {
+            ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                eof = true;
+            else
+                have += (size_t)n;
+        }
+        buf[have] = '\0';
+        char *nl = strchr(buf, '\n');
+        if (!nl && !eof && have < sizeof buf - 1)
+            continue;
+        size_t linelen = nl ? (size_t)(nl - buf) + 1 : have;
+        if (nl)
+            *nl = '\0';
+        bool v1;
+        size_t ml;
+        if (nl || eof) {
+            if (fa_pressure_cgroup_dir(cg, buf, cand, sizeof cand, &v1, &ml)) {
+                char probe[DIR_MAX + 32], tmp[8];
+                size_t cl = strlen(cand);
+                memcpy(probe, cand, cl);
+                strcpy(probe + cl, v1 ? "/memory.limit_in_bytes" : "/memory.max");
+                if (fa_read_file(probe, tmp, sizeof tmp) > 0) {
+                    memcpy(dir, cand, cl + 1);
+                    is_v1 = v1;
+                    mount_len = ml;
+                    found = !v1; /* keep looking for a v2 mount after a v1 one */
+                    state = 1;
+                }
+            }
+        }
+        memmove(buf, buf + linelen, have - linelen);
+        have -= linelen;
+    }
+    close(fd);
+    errno = saved;
+    if (state != 1)
+        state = 2;
+}
+
+static void ensure_found(void)
+{
+    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE))
+        return;
+    while (__atomic_exchange_n(&lock, 1, __ATOMIC_ACQUIRE))
+        ;
+    if (state == 0)
+        find_cgroup();
+    __atomic_store_n(&lock, 0, __ATOMIC_RELEASE);
+}
+
+static bool read_value(const char *d, size_t dl, const char *name, uint64_t *out)
+{
+    char path[DIR_MAX + 40], text[64];
+    size_t nl = strlen(name);
+    if (dl + 1 + nl + 1 > sizeof path)
+        return false;
+    memcpy(path, d, dl);
+    path[dl] = '/';
+    memcpy(path + dl + 1, name, nl + 1);
+    return fa_read_file(path, text, sizeof text) > 0 && fa_pressure_parse_limit(text, out);
+}
+
+static uint64_t cgroup_headroom(void)
+{
+    uint64_t best = UINT64_MAX;
+    const char *lim = is_v1 ? "memory.limit_in_bytes" : "memory.max";
+    const char *use = is_v1 ? "memory.usage_in_bytes" : "memory.current";
+    /* The cgroup and its ancestors down to the mount point: a limit set on
+     * a parent (a container's own cgroup) binds as well. */
+    size_t len = strlen(dir);
+    for (int level = 0; level < 16; level++) {
+        uint64_t limit, usage;
+        if (read_value(dir, len, lim, &limit) && limit != UINT64_MAX && read_value(dir, len, use, &usage)) {
+            uint64_t room = limit > usage ? limit - usage : 0;
+            if (room < best)
+                best = room;
+        }
+        if (len <= mount_len)
+            break;
+        while (len > mount_len && dir[len - 1] != '/')
+            len--;
+        if (len > mount_len)
+            len--; /* drop the '/' */
+    }
+    return best;
+}
+
+uint64_t fa_pressure_headroom(void)
+{
+    ensure_found();
+    uint64_t best = state == 1 ? cgroup_headroom() : UINT64_MAX;
+    char mi[2048];
+    uint64_t avail;
+    if (fa_read_file("/proc/meminfo", mi, sizeof mi) > 0 && fa_pressure_parse_meminfo(mi, &avail) && avail < best)
+        best = avail;
+    return best;
+}
+
+bool fa_pressure_limited(void)
+{
+    ensure_found();
+    return state == 1 && cgroup_headroom() != UINT64_MAX;
+}
+
+void fa_pressure_reset(void)
+{
+    state = 0;
+    lock = 0;
+}

@@ -1,0 +1,40 @@
+/* pressure.h - how much memory the process can still get before a limit
+ * makes the kernel kill something: the limit of its memory cgroup (v2
+ * memory.max and memory.current; v1 memory.limit_in_bytes and
+ * memory.usage_in_bytes; the cgroup and each ancestor up to the root of the
+ * mount) and the machine's MemAvailable.  Files are read with read(2) into
+ * stack buffers: callable from any thread, never allocates. */
+#ifndef FA_PRESSURE_H
+#define FA_PRESSURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes that can still be charged before the tightest limit is reached;
+ * UINT64_MAX when nothing is known. */
+uint64_t fa_pressure_headroom(void);
+
+/* True when a memory cgroup with a finite limit governs the process. */
+bool fa_pressure_limited(void);
+
+/* Forget the cgroup found (after fork the child may be moved elsewhere). */
+void fa_pressure_reset(void);
+
+/* ---- parsing, exposed for unit tests ---- */
+
+/* From the text of /proc/self/cgroup and one line of /proc/self/mountinfo,
+ * the directory of the process's memory cgroup under that mount, if the
+ * line mounts the v2 hierarchy or the v1 memory controller.  *v1 says
+ * which.  Returns false when the line is neither. */
+bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *mountinfo_line, char *dir, size_t cap, bool *v1,
+                            size_t *mount_len);
+
+/* A limit file's value: "max" (v2) and v1's "no limit" (above 2^62) read as
+ * UINT64_MAX.  False if it is not a number. */
+bool fa_pressure_parse_limit(const char *text, uint64_t *out);
+
+/* MemAvailable from the text of /proc/meminfo, in bytes. */
+bool fa_pressure_parse_meminfo(const char *text, uint64_t *out);
+
+#endif

@@ -1,0 +1,187 @@
+/* background.c - the one helper thread (background.h).
+ *
+ * The thread sleeps on a futex word until the earliest of: the release
+ * policy's next tick, the next periodic dump; with neither due it sleeps
+ * until woken.  Waking costs a system call only while it sleeps without a
+ * deadline.  It holds no lock of ours while it calls into tcmalloc, so
+ * tcmalloc's own fork handlers (which take every tcmalloc lock) never wait
+ * on us, and fork needs nothing from it: the child simply has no thread. */
+#define _GNU_SOURCE
+#include "background.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "../core/options.h"
+#include "../host/release.h"
+#include "../stats/report.h"
+
+enum { IDLE, STARTING, RUNNING, UNAVAILABLE };
+static int state;
+static unsigned word;    /* futex: bumped by every wake */
+static int sleeping;     /* waiting without a deadline */
+static int stopping;     /* exit under way */
+static int working;      /* inside a tick or a dump */
+static uint64_t interval_ms, next_dump_ms;
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void futex_wait(unsigned seen, uint64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, seen, ms ? &ts : NULL, NULL, 0);
+}
+
+static void futex_wake(void)
+{
+    __atomic_add_fetch(&word, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static uint64_t earliest(uint64_t a, uint64_t b) { return a == 0 ? b : b == 0 ? a : a < b ? a : b; }
+
+static void *thread_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        unsigned seen = __atomic_load_n(&word, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+            break;
+        __atomic_store_n(&working, 1, __ATOMIC_RELEASE);
+        uint64_t now = mono_ms();
+        uint64_t next = fa_release_tick(now);
+        if (interval_ms) {
+            if (now >= next_dump_ms) {
+                fa_report_configured("interval", false);
+                next_dump_ms = now + interval_ms;
+            }
+            next = earliest(next, next_dump_ms);
+        }
+        __atomic_store_n(&working, 0, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+            break;
+        if (next == 0) {
+            __atomic_store_n(&sleeping, 1, __ATOMIC_RELEASE);
+            futex_wait(seen, 0);
+            __atomic_store_n(&sleeping, 0, __ATOMIC_RELEASE);
+        } else {
+            now = mono_ms();
+            if (next > now)
+                futex_wait(seen, next - now);
+        }
+    }
+    return NULL;
+}
+
+static bool start_thread(void)
+{
+    int expect = IDLE;
+    if (!__atomic_compare_exchange_n(&state, &expect, STARTING, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return expect == RUNNING || expect == STARTING;
+    int saved = errno;
+    /* Every signal blocked, so signals reach the program's own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 128 * 1024);
+    pthread_t t;
+    int err = pthread_create(&t, &attr, thread_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err == 0)
+        pthread_setname_np(t, "forgealloc");
+    __atomic_store_n(&state, err == 0 ? RUNNING : UNAVAILABLE, __ATOMIC_RELEASE);
+    errno = saved;
+    if (err)
+        fa_info("cannot start the background thread (%s); freed memory is returned on allocator calls and "
+                "FORGEALLOC_STATS_INTERVAL dumps are off",
+                err == EAGAIN ? "thread limit reached" : "pthread_create failed");
+    return err == 0;
+}
+
+bool fa_background_wake(void)
+{
+    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+        return false;
+    switch (__atomic_load_n(&state, __ATOMIC_ACQUIRE)) {
+    case RUNNING:
+        if (__atomic_load_n(&sleeping, __ATOMIC_ACQUIRE))
+            futex_wake();
+        return true;
+    case STARTING:
+        return true;
+    case UNAVAILABLE:
+        return false;
+    default:
+        return start_thread();
+    }
+}
+
+static void want_interval(void)
+{
+    interval_ms = 0;
+    uint64_t ms = fa_opt_u64(FA_OPT_STATS_INTERVAL);
+    if (ms == 0 || fa_opt_u64(FA_OPT_STATS) == FA_STATS_OFF)
+        return;
+    const char *path = fa_opt(FA_OPT_STATS_FILE)->s;
+    if (!path || strcmp(path, "-") == 0) {
+        fa_warn("FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE set to a path; periodic dumps are off");
+        return;
+    }
+    interval_ms = ms;
+    next_dump_ms = mono_ms() + ms;
+}
+
+void fa_background_start(void)
+{
+    fa_release_set_waker(fa_background_wake);
+    want_interval();
+    if (interval_ms && !fa_background_wake())
+        fa_warn("cannot start the FORGEALLOC_STATS_INTERVAL thread; periodic dumps are off");
+}
+
+void fa_background_stop(void)
+{
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != RUNNING)
+        return;
+    futex_wake();
+    /* A release under way finishes first (at most a few milliseconds of
+     * munmap); never wait long for a thread that may be stuck elsewhere. */
+    for (int i = 0; i < 2000 && __atomic_load_n(&working, __ATOMIC_ACQUIRE); i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void fa_background_fork_child(void)
+{
+    state = IDLE;
+    word = 0;
+    sleeping = 0;
+    working = 0;
+    /* Periodic dumps go on in the child: its thread starts at the next wake
+     * (the release policy's, or the next report's), not here, because
+     * pthread_create is not safe in a fork handler and is wasted in a child
+     * that is about to exec. */
+    if (interval_ms) {
+        next_dump_ms = mono_ms() + interval_ms;
+        fa_release_nudge_later();
+    }
+}

@@ -1,0 +1,161 @@
+/* test_release_policy.c - the release policy's pure parts: the window of
+ * free-memory minima (decay.c) on a fake clock and made-up demand series,
+ * and the parsing behind the memory-pressure check (pressure.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../src/host/decay.h"
+#include "../../src/host/pressure.h"
+
+#define MB ((uint64_t)1 << 20)
+#define WINDOW 2000 /* ms */
+
+/* Nothing is idle before a whole window was seen, however much is free. */
+static void test_nothing_idle_at_start(void **state)
+{
+    (void)state;
+    fa_decay d;
+    fa_decay_init(&d, WINDOW, 1000);
+    fa_decay_observe(&d, 1000, 800 * MB);
+    assert_int_equal(fa_decay_idle(&d), 0);
+    fa_decay_observe(&d, 1000 + WINDOW - 1, 800 * MB);
+    assert_int_equal(fa_decay_idle(&d), 0);
+}
+
+/* A model unloaded, then no activity: all of it is idle once the window
+ * has passed, and not before. */
+static void test_idle_after_unload(void **state)
+{
+    (void)state;
+    fa_decay d;
+    fa_decay_init(&d, WINDOW, 0);
+    for (uint64_t t = 0; t < 5000; t += 100)
+        fa_decay_observe(&d, t, 10 * MB); /* steady */
+    fa_decay_observe(&d, 5000, 810 * MB);  /* the unload */
+    fa_decay_advance(&d, 5000 + WINDOW / 2);
+    assert_int_equal(fa_decay_idle(&d), 10 * MB);
+    fa_decay_advance(&d, 5000 + WINDOW + WINDOW / (FA_DECAY_SLOTS - 1));
+    assert_int_equal(fa_decay_idle(&d), 810 * MB);
+    /* No sample at all for longer than the window: the level held. */
+    fa_decay_advance(&d, 60000);
+    assert_int_equal(fa_decay_idle(&d), 810 * MB);
+}
+
+/* A churn that dips into its free memory every 300 ms never leaves more
+ * idle than its lowest dip, whatever the window's phase. */
+static void test_churn_keeps_what_it_uses(void **state)
+{
+    (void)state;
+    fa_decay d;
+    fa_decay_init(&d, WINDOW, 0);
+    for (uint64_t t = 0; t < 20000; t += 50) {
+        uint64_t free_bytes = (t % 300 == 0) ? 4 * MB : 100 * MB + (t % 7) * MB;
+        fa_decay_observe(&d, t, free_bytes);
+        if (t >= WINDOW + 300)
+            assert_true(fa_decay_idle(&d) <= 4 * MB);
+    }
+}
+
+/* Demand falls: the window slides past the old dips and the excess comes
+ * back gradually, never more than what stayed free throughout. */
+static void test_demand_falls(void **state)
+{
+    (void)state;
+    fa_decay d;
+    fa_decay_init(&d, WINDOW, 0);
+    uint64_t t = 0;
+    for (; t < 4000; t += 100)
+        fa_decay_observe(&d, t, t % 200 == 0 ? 0 : 300 * MB); /* busy: dips to 0 */
+    for (; t < 4000 + WINDOW + 500; t += 100) {
+        fa_decay_observe(&d, t, 300 * MB); /* quiet */
+        if (t < 4000 + WINDOW - WINDOW / (FA_DECAY_SLOTS - 1))
+            assert_int_equal(fa_decay_idle(&d), 0);
+    }
+    assert_int_equal(fa_decay_idle(&d), 300 * MB);
+}
+
+/* What was released is not counted again. */
+static void test_released_not_counted_twice(void **state)
+{
+    (void)state;
+    fa_decay d;
+    fa_decay_init(&d, WINDOW, 0);
+    for (uint64_t t = 0; t <= 3000; t += 100)
+        fa_decay_observe(&d, t, 500 * MB);
+    assert_int_equal(fa_decay_idle(&d), 500 * MB);
+    fa_decay_released(&d, 450 * MB);
+    assert_int_equal(fa_decay_idle(&d), 50 * MB);
+    fa_decay_released(&d, 900 * MB);
+    assert_int_equal(fa_decay_idle(&d), 0);
+    /* The clock going backwards (a sample taken late) changes nothing. */
+    fa_decay_observe(&d, 100, 20 * MB);
+    assert_int_equal(fa_decay_idle(&d), 0);
+}
+
+static void test_parse_limits(void **state)
+{
+    (void)state;
+    uint64_t v;
+    assert_true(fa_pressure_parse_limit("max\n", &v));
+    assert_true(v == UINT64_MAX);
+    assert_true(fa_pressure_parse_limit("734003200\n", &v));
+    assert_true(v == 734003200);
+    assert_true(fa_pressure_parse_limit("9223372036854771712\n", &v)); /* v1: no limit */
+    assert_true(v == UINT64_MAX);
+    assert_false(fa_pressure_parse_limit("", &v));
+    assert_false(fa_pressure_parse_limit("-1", &v));
+    assert_false(fa_pressure_parse_limit("99999999999999999999999", &v));
+    assert_true(fa_pressure_parse_meminfo("MemTotal:       24684000 kB\nMemFree: 1 kB\nMemAvailable:   2000 kB\n", &v));
+    assert_true(v == 2000 * 1024);
+    assert_false(fa_pressure_parse_meminfo("MemTotal: 5 kB\n", &v));
+}
+
+static void test_cgroup_dirs(void **state)
+{
+    (void)state;
+    char dir[256];
+    bool v1;
+    size_t ml;
+    const char *v2cg = "0::/system.slice/webui.service\n";
+    assert_true(fa_pressure_cgroup_dir(
+        v2cg, "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate", dir, sizeof dir, &v1,
+        &ml));
+    assert_string_equal(dir, "/sys/fs/cgroup/system.slice/webui.service");
+    assert_false(v1);
+    assert_int_equal(ml, strlen("/sys/fs/cgroup"));
+    /* A container: the mount shows its own cgroup as the root. */
+    assert_true(fa_pressure_cgroup_dir("0::/\n", "1 0 0:26 / /sys/fs/cgroup ro - cgroup2 cgroup2 rw", dir, sizeof dir,
+                                       &v1, &ml));
+    assert_string_equal(dir, "/sys/fs/cgroup");
+    /* v1: the memory controller's line and mount; other controllers are not it. */
+    const char *v1cg = "9:name=systemd:/\n4:memory:/process_api/ab12\n3:cpuset:/\n0::/\n";
+    assert_true(fa_pressure_cgroup_dir(
+        v1cg, "40 25 0:35 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory", dir, sizeof dir, &v1, &ml));
+    assert_string_equal(dir, "/sys/fs/cgroup/memory/process_api/ab12");
+    assert_true(v1);
+    assert_false(fa_pressure_cgroup_dir(
+        v1cg, "41 25 0:36 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset", dir, sizeof dir, &v1, &ml));
+    /* A mount of a sub-tree: its root is stripped from the path. */
+    assert_true(fa_pressure_cgroup_dir("4:memory:/docker/c0ffee\n",
+                                       "50 25 0:35 /docker /mnt/mem rw - cgroup cgroup rw,memory", dir, sizeof dir,
+                                       &v1, &ml));
+    assert_string_equal(dir, "/mnt/mem/c0ffee");
+    /* Not a cgroup mount at all. */
+    assert_false(fa_pressure_cgroup_dir(v2cg, "22 1 8:1 / / rw - ext4 /dev/vda rw", dir, sizeof dir, &v1, &ml));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nothing_idle_at_start), cmocka_unit_test(test_idle_after_unload),
+        cmocka_unit_test(test_churn_keeps_what_it_uses), cmocka_unit_test(test_demand_falls),
+        cmocka_unit_test(test_released_not_counted_twice), cmocka_unit_test(test_parse_limits),
+        cmocka_unit_test(test_cgroup_dirs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,264 @@
+/* test_release_thread.c - the release policy (release.c) and the background
+ * thread (background.c) against a stand-in for tcmalloc's page heap: an
+ * idle heap settles with no call from the program, a churning one keeps its
+ * memory, the thread starts only when needed, stops at exit while busy,
+ * and many threads can allocate and free while it runs (the sanitizer
+ * builds run this too). */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../src/core/options.h"
+#include "../../src/host/release.h"
+#include "../../src/process/background.h"
+
+#define MB ((uint64_t)1 << 20)
+
+/* ---- a page heap: free, returned and committed-again bytes -------------- */
+
+static uint64_t heap_free, heap_unmapped, heap_commit, release_calls;
+static int slow_release; /* ms each release takes: to catch exit mid-release */
+
+int MallocExtension_GetNumericProperty(const char *name, size_t *value)
+{
+    if (strcmp(name, "tcmalloc.pageheap_free_bytes") == 0)
+        *value = __atomic_load_n(&heap_free, __ATOMIC_RELAXED);
+    else if (strcmp(name, "tcmalloc.pageheap_unmapped_bytes") == 0)
+        *value = __atomic_load_n(&heap_unmapped, __ATOMIC_RELAXED);
+    else if (strcmp(name, "tcmalloc.pageheap_total_commit_bytes") == 0)
+        *value = __atomic_load_n(&heap_commit, __ATOMIC_RELAXED);
+    else
+        return 0;
+    return 1;
+}
+
+void MallocExtension_ReleaseToSystem(size_t n)
+{
+    __atomic_fetch_add(&release_calls, 1, __ATOMIC_RELAXED);
+    int slow = __atomic_load_n(&slow_release, __ATOMIC_RELAXED);
+    if (slow) {
+        struct timespec ts = {0, slow * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t f = __atomic_load_n(&heap_free, __ATOMIC_RELAXED), take;
+    do {
+        take = n < f ? n : f;
+    } while (!__atomic_compare_exchange_n(&heap_free, &f, f - take, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    __atomic_fetch_add(&heap_unmapped, take, __ATOMIC_RELAXED);
+}
+
+void MallocExtension_ReleaseFreeMemory(void) { MallocExtension_ReleaseToSystem(SIZE_MAX); }
+
+size_t tc_malloc_size(void *p)
+{
+    (void)p;
+    return 0;
+}
+
+void fa_report_configured(const char *reason, bool in_signal)
+{
+    (void)reason;
+    (void)in_signal;
+}
+
+/* A large allocation as host.c reports it: served from free memory when
+ * there is enough (re-committing returned bytes first), else the heap grows. */
+static void large_alloc(uintptr_t addr, size_t n)
+{
+    uint64_t f = __atomic_load_n(&heap_free, __ATOMIC_RELAXED), take;
+    do {
+        take = n < f ? n : f;
+    } while (!__atomic_compare_exchange_n(&heap_free, &f, f - take, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    uint64_t u = __atomic_load_n(&heap_unmapped, __ATOMIC_RELAXED), back;
+    do {
+        back = n - take < u ? n - take : u;
+    } while (!__atomic_compare_exchange_n(&heap_unmapped, &u, u - back, false, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    __atomic_fetch_add(&heap_commit, back, __ATOMIC_RELAXED);
+    fa_release_on_alloc((void *)addr, n);
+}
+
+static void large_free(uintptr_t addr)
+{
+    size_t n = fa_release_forget((void *)addr);
+    assert_true(n > 0);
+    __atomic_fetch_add(&heap_free, n, __ATOMIC_RELAXED);
+    fa_release_on_free(n);
+}
+
+/* Threads of this process named "forgealloc". */
+static int helper_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(comm, sizeof comm, f) && strcmp(comm, "forgealloc\n") == 0)
+            n++;
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void load(const char *delay, const char *threshold)
+{
+    char d[64], t[64];
+    snprintf(d, sizeof d, "FORGEALLOC_RELEASE_DELAY=%s", delay);
+    snprintf(t, sizeof t, "FORGEALLOC_RELEASE_THRESHOLD=%s", threshold);
+    char *env[] = {d, t, "FORGEALLOC_RELEASE_PRESSURE=0", NULL};
+    fa_options_load(env);
+}
+
+static uint64_t released(enum fa_release_reason why)
+{
+    uint64_t count, bytes[FA_REL_COUNT];
+    fa_release_totals(&count, bytes);
+    return bytes[why];
+}
+
+/* 800 MB freed, then nothing: the thread returns it within the delay. */
+static void test_idle_settles(void **state)
+{
+    (void)state;
+    load("300ms", "32M");
+    fa_background_start();
+    assert_int_equal(helper_threads(), 0); /* nothing freed yet: no thread */
+    for (uintptr_t i = 0; i < 200; i++)
+        large_alloc((i + 1) << 32, 4 * MB);
+    assert_int_equal(helper_threads(), 0);
+    for (uintptr_t i = 0; i < 200; i++)
+        large_free((i + 1) << 32);
+    assert_int_equal(__atomic_load_n(&heap_free, __ATOMIC_RELAXED), 800 * MB);
+    assert_int_equal(helper_threads(), 1);
+    assert_true(fa_release_in_background());
+    for (int ms = 0; ms < 2000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 32 * MB; ms += 20)
+        sleep_ms(20);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
+    assert_true(released(FA_REL_delay) >= 760 * MB);
+    assert_int_equal(helper_threads(), 1);
+}
+
+/* A working set replaced piece by piece keeps its memory: no return while
+ * the churn goes on for many windows. */
+static void test_churn_keeps(void **state)
+{
+    (void)state;
+    uint64_t before = released(FA_REL_delay);
+    uintptr_t base = (uintptr_t)1 << 44;
+    for (int i = 0; i < 16; i++)
+        large_alloc(base + ((uintptr_t)i << 32), 16 * MB);
+    for (int step = 0; step < 300; step++) { /* 300 x 5 ms = 5 delays */
+        uintptr_t slot = base + ((uintptr_t)(step % 16) << 32);
+        large_free(slot);
+        large_alloc(slot, 16 * MB);
+        sleep_ms(5);
+    }
+    assert_int_equal(released(FA_REL_delay), before);
+    for (int i = 0; i < 16; i++)
+        large_free(base + ((uintptr_t)i << 32));
+}
+
+/* Several threads allocate and free while the background ticks. */
+static void *churner(void *arg)
+{
+    uintptr_t base = (uintptr_t)arg << 40;
+    for (int round = 0; round < 200; round++) {
+        for (uintptr_t i = 0; i < 8; i++)
+            large_alloc(base + ((i + 1) << 32), (size_t)(1 + (round + i) % 8) * MB);
+        for (uintptr_t i = 0; i < 8; i++)
+            large_free(base + ((i + 1) << 32));
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, churner, (void *)(i + 0x100));
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    for (int ms = 0; ms < 2000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 32 * MB; ms += 20)
+        sleep_ms(20);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
+}
+
+/* Exit while a release is under way: stop waits for it, briefly. */
+static void test_stop_while_releasing(void **state)
+{
+    (void)state;
+    __atomic_store_n(&slow_release, 150, __ATOMIC_RELAXED);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_alloc((i + 1) << 36, 4 * MB);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_free((i + 1) << 36);
+    uint64_t calls = __atomic_load_n(&release_calls, __ATOMIC_RELAXED);
+    for (int ms = 0; ms < 2000 && __atomic_load_n(&release_calls, __ATOMIC_RELAXED) == calls; ms += 1)
+        sleep_ms(1);
+    assert_true(__atomic_load_n(&release_calls, __ATOMIC_RELAXED) > calls); /* a release is in progress */
+    fa_background_stop();
+    /* After stop the thread makes no further call, and wakes are refused. */
+    calls = __atomic_load_n(&release_calls, __ATOMIC_RELAXED);
+    assert_false(fa_background_wake());
+    sleep_ms(400);
+    assert_int_equal(__atomic_load_n(&release_calls, __ATOMIC_RELAXED), calls);
+    __atomic_store_n(&slow_release, 0, __ATOMIC_RELAXED);
+}
+
+/* Where no thread can run, the allocator calls run the policy: memory
+ * idle for the delay goes back at the next large allocation. */
+static bool no_thread(void) { return false; }
+
+static void test_no_thread_falls_back_to_calls(void **state)
+{
+    (void)state;
+    fa_release_fork_child(); /* a process of its own: no background yet */
+    fa_release_set_waker(no_thread);
+    uint64_t before = released(FA_REL_delay);
+    uintptr_t base = (uintptr_t)3 << 44;
+    for (uintptr_t i = 0; i < 50; i++)
+        large_alloc(base + (i << 32), 4 * MB);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_free(base + (i << 32));
+    assert_false(fa_release_in_background());
+    sleep_ms(700); /* past the 300 ms delay, with no call at all */
+    assert_int_equal(released(FA_REL_delay), before);
+    large_alloc(base, 1 * MB);
+    assert_true(released(FA_REL_delay) > before);
+    large_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_idle_settles),
+        cmocka_unit_test(test_churn_keeps),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_stop_while_releasing),
+        cmocka_unit_test(test_no_thread_falls_back_to_calls),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
