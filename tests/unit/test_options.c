@@ -268,13 +268,13 @@ static void test_rendering(void **state)
  * a setting gets the table's defaults, never zeros (STATS off would be
  * harmless, RELEASE_THRESHOLD 0 means "return everything").  Each child
  * process starts unloaded and races two threads to the first load. */
-static volatile int go;
+static int go;
 static uint64_t seen_threshold, seen_report;
 
 static void *race_reader(void *arg)
 {
     (void)arg;
-    while (!go)
+    while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE))
         ;
     seen_threshold = fa_opt_u64(FA_OPT_RELEASE_THRESHOLD);
     seen_report = fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT);
@@ -295,7 +295,7 @@ static void test_concurrent_first_load(void **state)
         if (pid == 0) {
             pthread_t t;
             pthread_create(&t, NULL, race_reader, NULL);
-            go = 1;
+            __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
             (void)fa_opt(FA_OPT_LOG); /* this thread loads */
             pthread_join(t, NULL);
             _exit(seen_threshold == want_threshold && seen_report == want_report ? 0 : 1);
