@@ -62,19 +62,34 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /* The first object in the loader's order (the program, LD_PRELOAD,
- * /etc/ld.so.preload, then libraries) that defines malloc itself.
- * dlsym(RTLD_DEFAULT) alone is not enough: a program built without PIE
- * that takes malloc's address makes its own PLT stub the answer. */
-static void *first_definer(void)
+ * /etc/ld.so.preload, then libraries) that defines malloc itself. */
+static void *first_definer(bool *program)
 {
     void *addr = dlsym(RTLD_DEFAULT, "malloc");
     Dl_info info;
-    if (addr && dladdr(addr, &info) && info.dli_fname && info.dli_fname[0] == '\0' && info.dli_saddr == addr &&
-        info.dli_sname && strcmp(info.dli_sname, "malloc") == 0)
+    struct link_map *map = NULL;
+    if (!addr || !dladdr1(addr, &info, (void **)&map, RTLD_DL_LINKMAP) || !map || map->l_prev)
+        return addr; /* a library's own definition (the program is first in the loader's list) */
+    const ElfW(Sym) *sym = NULL;
+    if (dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_shndx != SHN_UNDEF &&
+        info.dli_saddr == addr && info.dli_sname && strcmp(info.dli_sname, "malloc") == 0)
+    {
+        *program = true;
         return addr; /* the program defines malloc itself */
+    }
+    /* A PLT stub of the program: one built without PIE that takes
+     * malloc's address (python3) makes its stub the canonical address.
+     * Walk the loader's list up to our own object.  dlopen(RTLD_NOLOAD)
+     * of a library preloaded ahead of us may run its constructor a little
+     * earlier than the loader would; only misordered preloads get there. */
+    Dl_info self;
+    if (!dladdr((void *)fa_host_served_check, &self) || !self.dli_fname)
+        return addr;
     struct objects o = {0};
     dl_iterate_phdr(collect, &o);
     for (int i = 1; i < o.n; i++) { /* 0 is the program */
+        if (strcmp(o.name[i], self.dli_fname) == 0)
+            return (void *)fa_host_served_check; /* ours comes first */
         if (!strchr(o.name[i], '/'))
             continue; /* the vDSO; loaded libraries carry the path they were found at */
         void *h = dlopen(o.name[i], RTLD_LAZY | RTLD_NOLOAD);
@@ -93,9 +108,10 @@ void fa_host_served_check(void)
 {
     char ours[1024], tc[1024], found[1024];
     void *ours_base, *tc_base, *found_base;
+    bool program = false;
     /* tc_malloc as our calls reach it: the loader binds it like malloc. */
     if (!object_of((void *)fa_host_served_check, ours, sizeof ours, &ours_base) ||
-        !object_of(first_definer(), found, sizeof found, &found_base))
+        !object_of(first_definer(&program), found, sizeof found, &found_base))
         return; /* cannot tell: assume ours, say nothing */
     bool tc_known = object_of((void *)&tc_malloc, tc, sizeof tc, &tc_base);
     memcpy(served_path, found, strlen(found) + 1);
@@ -113,6 +129,8 @@ void fa_host_served_check(void)
         return;
     }
     __atomic_store_n(&server, FA_SERVER_OTHER, __ATOMIC_RELEASE);
+    if (program)
+        return; /* its own allocator by design (statically linked): nothing to fix, the dump says it */
     if (strncmp(name, "libc.so", 7) == 0)
         fa_warn("malloc is served by %s: libforgealloc.so was loaded after the program started (dlopen) and "
                 "serves nothing; preload it instead: LD_PRELOAD=%s (or forgealloc run)",

@@ -509,6 +509,16 @@ def case_served_python():
     check(os.path.realpath(path) == os.path.realpath(ARGS.lib) and interposed == "1", f"served by {r.stdout!r}")
 
 
+def case_served_program():
+    """A program with its own malloc: nothing to fix, so nothing printed; the dump says who served."""
+    r = run([prog("p_ownmalloc")])
+    check(r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", f"own malloc: {r!r}")
+    _, doc = one_dump([prog("p_ownmalloc")])
+    host = doc["host"]
+    check(host["interposed"] is False and host["served_by"].endswith("p_ownmalloc"), f"{host}")
+    check(host["tcmalloc"]["serves_malloc"] is False and host["tcmalloc"]["heap_size"] is None, f"{host['tcmalloc']}")
+
+
 def case_api_bad_keys():
     """forgealloc_stat answers -1 for device indexes that overflow an int (it crashed, or returned garbage)."""
     code = ("import ctypes; l = ctypes.CDLL(None); v = ctypes.c_uint64(77)\n"
