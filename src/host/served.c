@@ -1,9 +1,9 @@
 /* served.c - who serves malloc for the process (see served.h).
  *
  * The dynamic loader binds every malloc call of the process to the first
- * definition in its global lookup order: LD_PRELOAD entries, then
- * /etc/ld.so.preload, then the program and its libraries.  dlsym with
- * RTLD_DEFAULT follows the same order, and dladdr names the object. */
+ * definition in its global lookup order: the program, LD_PRELOAD entries,
+ * /etc/ld.so.preload, then the libraries.  dlsym with RTLD_DEFAULT follows
+ * the same order, and dladdr names the object. */
 #define _GNU_SOURCE
 #include "served.h"
 
@@ -109,10 +109,11 @@ void fa_host_served_check(void)
     char ours[1024], tc[1024], found[1024];
     void *ours_base, *tc_base, *found_base;
     bool program = false;
-    /* tc_malloc as our calls reach it: the loader binds it like malloc. */
     if (!object_of((void *)fa_host_served_check, ours, sizeof ours, &ours_base) ||
         !object_of(first_definer(&program), found, sizeof found, &found_base))
         return; /* cannot tell: assume ours, say nothing */
+    /* tc_malloc as our calls reach it: the loader binds it like malloc, so
+     * a tcmalloc ahead of us (any soname) is the one we call as well. */
     bool tc_known = object_of((void *)&tc_malloc, tc, sizeof tc, &tc_base);
     memcpy(served_path, found, strlen(found) + 1);
     if (found_base == ours_base) {
@@ -130,7 +131,7 @@ void fa_host_served_check(void)
     }
     __atomic_store_n(&server, FA_SERVER_OTHER, __ATOMIC_RELEASE);
     if (program)
-        return; /* its own allocator by design (statically linked): nothing to fix, the dump says it */
+        return; /* an allocator linked into the program: nothing to fix; the dump says it */
     if (strncmp(name, "libc.so", 7) == 0)
         fa_warn("malloc is served by %s: libforgealloc.so was loaded after the program started (dlopen) and "
                 "serves nothing; preload it instead: LD_PRELOAD=%s (or forgealloc run)",
