@@ -260,6 +260,14 @@ uint64_t fa_release_tick(uint64_t now)
     decay_lock_take();
     decay_start(now);
     judge_tick(now);
+    /* Without the calls (polling), a drop of the free bytes since the last
+     * tick is the sign that large allocations go on. */
+    static uint64_t polled_held;
+    if (__atomic_load_n(&polling, __ATOMIC_RELAXED) && held + STEP < polled_held) {
+        prev_alloc_ms = last_alloc_ms;
+        last_alloc_ms = now;
+    }
+    polled_held = held;
     fa_decay_observe(&decay, now, held);
     fa_decay_observe(&active, now, held);
     /* Busy: two large allocations within the delay (one alone, such as the
@@ -367,7 +375,12 @@ void fa_release_nudge(void)
         w();
 }
 
-void fa_release_set_polling(bool on) { __atomic_store_n(&polling, on, __ATOMIC_RELAXED); }
+void fa_release_set_polling(bool on)
+{
+    __atomic_store_n(&polling, on, __ATOMIC_RELAXED);
+    if (on)
+        __atomic_store_n(&background, BG_THREAD, __ATOMIC_RELAXED);
+}
 
 /* 0 unknown, 1 madvise mode (advise), 2 always/never/absent (do nothing). */
 static int thp_mode;

@@ -22,6 +22,7 @@
 #include "../core/log.h"
 #include "../core/options.h"
 #include "../host/release.h"
+#include "../host/served.h"
 #include "../stats/report.h"
 
 enum { IDLE, STARTING, RUNNING, UNAVAILABLE };
@@ -151,6 +152,11 @@ static void want_interval(void)
 void fa_background_start(void)
 {
     fa_release_set_waker(fa_background_wake);
+    /* The same tcmalloc serves malloc ahead of us (a start script preloaded
+     * it first): no free reaches us, so the thread watches tcmalloc's own
+     * numbers from the start and the release policy still holds. */
+    if (fa_host_served_by_same_tcmalloc() && fa_background_wake())
+        fa_release_set_polling(true);
     want_interval();
     if (interval_ms && !fa_background_wake())
         fa_warn("cannot start the FORGEALLOC_STATS_INTERVAL thread; periodic dumps are off");

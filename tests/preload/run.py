@@ -475,6 +475,13 @@ def case_served_tcmalloc_first():
         check(tcm["serves_malloc"] is True and tcm["valid"] and tcm["heap_size"] > 0, f"{name} first: {tcm}")
         lines, _ = served_run([tc, ARGS.lib], FORGEALLOC_LOG="error")
         check(lines == [], f"FORGEALLOC_LOG=error still printed {lines}")
+        # The release policy holds without seeing a call: 800 MB freed, the
+        # process idle, RSS back within 6 s.
+        r = run([prog("p_release"), "burst", "6"], preload=False,
+                env=base_env(LD_PRELOAD=f"{tc} {ARGS.lib}", FORGEALLOC_LOG="error"))
+        check(r.returncode == 0, r.stderr)
+        got = settled(r.stdout)
+        check(got is not None and got[1] <= 6000, f"{name} first: RSS did not settle within 6 s: {r.stdout}")
 
 
 def case_served_jemalloc_first():

@@ -58,6 +58,12 @@ void MallocExtension_ReleaseToSystem(size_t n)
 
 void MallocExtension_ReleaseFreeMemory(void) { MallocExtension_ReleaseToSystem(SIZE_MAX); }
 
+void *tc_malloc(size_t n) /* named by served.c, never called here */
+{
+    (void)n;
+    return NULL;
+}
+
 size_t tc_malloc_size(void *p)
 {
     (void)p;
