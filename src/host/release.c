@@ -375,12 +375,7 @@ void fa_release_nudge(void)
         w();
 }
 
-void fa_release_set_polling(bool on)
-{
-    __atomic_store_n(&polling, on, __ATOMIC_RELAXED);
-    if (on)
-        __atomic_store_n(&background, BG_THREAD, __ATOMIC_RELAXED);
-}
+void fa_release_set_polling(bool on) { __atomic_store_n(&polling, on, __ATOMIC_RELAXED); }
 
 /* 0 unknown, 1 madvise mode (advise), 2 always/never/absent (do nothing). */
 static int thp_mode;
@@ -427,7 +422,10 @@ void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])
         bytes[i] = __atomic_load_n(&by_reason[i], __ATOMIC_RELAXED);
 }
 
-bool fa_release_in_background(void) { return __atomic_load_n(&background, __ATOMIC_RELAXED) == BG_THREAD; }
+bool fa_release_in_background(void)
+{
+    return __atomic_load_n(&background, __ATOMIC_RELAXED) == BG_THREAD || __atomic_load_n(&polling, __ATOMIC_RELAXED);
+}
 
 void fa_release_fork_child(void)
 {

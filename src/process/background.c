@@ -155,8 +155,11 @@ void fa_background_start(void)
     /* The same tcmalloc serves malloc ahead of us (a start script preloaded
      * it first): no free reaches us, so the thread watches tcmalloc's own
      * numbers from the start and the release policy still holds. */
-    if (fa_host_served_by_same_tcmalloc() && fa_background_wake())
-        fa_release_set_polling(true);
+    if (fa_host_served_by_same_tcmalloc()) {
+        fa_release_set_polling(true); /* before the thread's first tick */
+        if (!fa_background_wake())
+            fa_release_set_polling(false);
+    }
     want_interval();
     if (interval_ms && !fa_background_wake())
         fa_warn("cannot start the FORGEALLOC_STATS_INTERVAL thread; periodic dumps are off");
