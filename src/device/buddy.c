@@ -41,7 +41,7 @@ static void *map(size_t bytes)
 bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max_order)
 {
     memset(b, 0, sizeof *b);
-    if (max_order > FA_BUDDY_MAX_ORDER || min_shift < 4 || min_shift > 16 || max_order > 31)
+    if (max_order > FA_BUDDY_MAX_ORDER || min_shift < 4 || min_shift > 21 || max_order > 31)
         return false;
     size_t n = (size_t)1 << max_order;
     /* Pages are touched only where blocks start, so the cost follows the
@@ -77,7 +77,7 @@ bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr)
     uint64_t unit = (uint64_t)1 << b->min_shift;
     uint64_t n = ((uint64_t)bytes + unit - 1) >> b->min_shift;
     unsigned k = ceil_log2(n);
-    if (k > b->max_order)
+    if (k > b->max_order || ((n << b->min_shift) - bytes) > UINT16_MAX) /* the slack must fit its field */
         return false;
     uint64_t avail = b->nonempty >> k;
     if (!avail)

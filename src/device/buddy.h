@@ -47,8 +47,10 @@ typedef struct fa_buddy {
  * pool's quarantine): fa_buddy_find no longer returns it. */
 enum { FA_BUDDY_NONE = 0, FA_BUDDY_FREE = 1, FA_BUDDY_ALLOC = 2, FA_BUDDY_HELD = 3 };
 
-/* Range [base, base + 2^(min_shift + max_order)), 4 <= min_shift <= 16,
- * max_order <= 31.  Returns false for other shapes or if the metadata
+/* Range [base, base + 2^(min_shift + max_order)), 4 <= min_shift <= 21,
+ * max_order <= 31.  With units above 64 KiB, fa_buddy_alloc takes only
+ * sizes whose last unit is short by less than 64 KiB (the slack field is
+ * 16 bits): the device pool asks such a buddy for whole units.  Returns false for other shapes or if the metadata
  * could not be mapped. */
 bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max_order);
 void fa_buddy_destroy(fa_buddy *b);
