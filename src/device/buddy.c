@@ -70,7 +70,10 @@ void fa_buddy_destroy(fa_buddy *b)
 
 static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
 
-bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr)
+bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr) { return fa_buddy_alloc_pref(b, bytes, NULL, NULL, addr); }
+
+bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uintptr_t addr, size_t bytes), void *ctx,
+                         uintptr_t *addr)
 {
     if (bytes == 0)
         return false;
@@ -84,6 +87,21 @@ bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr)
         return false;
     unsigned j = k + (unsigned)__builtin_ctzll(avail); /* smallest order that has a block */
     uint32_t u = b->heads[j];
+    if (pref && !pref(ctx, b->base + ((uintptr_t)u << b->min_shift), (size_t)(n << b->min_shift))) {
+        /* A few candidates of each order, smallest first: the allocation
+         * takes the start of the block it comes from. */
+        bool found = false;
+        for (unsigned o = j; o <= b->max_order && !found; o++) {
+            if (!((b->nonempty >> o) & 1))
+                continue;
+            uint32_t c = b->heads[o];
+            for (int looked = 0; c != FA_BUDDY_NIL && looked < FA_BUDDY_PREF_LOOK && !found; looked++, c = b->u[c].next)
+                if (pref(ctx, b->base + ((uintptr_t)c << b->min_shift), (size_t)(n << b->min_shift))) {
+                    u = c, j = o;
+                    found = true;
+                }
+        }
+    }
     unlink_block(b, u);
     while (j > k) { /* split: keep the lower half, free the upper */
         j--;

@@ -67,6 +67,15 @@ static inline bool fa_buddy_idle(const fa_buddy *b) { return b->free_units == (u
  * least, and to the largest power of two <= its size. */
 bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr);
 
+/* Like fa_buddy_alloc, but a block whose first `bytes` (rounded to units)
+ * pref accepts is taken if one is found among the first
+ * FA_BUDDY_PREF_LOOK blocks of each order that fits, smallest order first;
+ * else the block fa_buddy_alloc takes.  At most a constant number of pref
+ * calls.  (The device pool prefers address runs already backed.) */
+#define FA_BUDDY_PREF_LOOK 16
+bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uintptr_t addr, size_t bytes), void *ctx,
+                         uintptr_t *addr);
+
 /* The unit index of the allocation starting at addr, or FA_BUDDY_NIL if
  * addr is not the start of a live allocation. */
 uint32_t fa_buddy_find(const fa_buddy *b, uintptr_t addr);

@@ -203,11 +203,22 @@ static bool finish_run(fa_vm *v, uint32_t run, uint32_t end, const fa_vm_driver 
     return false;
 }
 
+/* Is every granule of [a, a+bytes) backed?  (Placement prefers such runs:
+ * no driver call, and idle pieces are not moved for nothing.) */
+static bool backed(void *ctx, uintptr_t a, size_t bytes)
+{
+    const fa_vm *v = ctx;
+    for (uint32_t g = gran_of(v, a), last = gran_of(v, a + bytes - 1); g <= last; g++)
+        if (!v->gran_piece[g])
+            return false;
+    return true;
+}
+
 static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm_driver *drv, void *ctx,
                                 uintptr_t *addr, unsigned *created)
 {
     uintptr_t a;
-    if (!fa_buddy_alloc(&v->small, n, &a))
+    if (!fa_buddy_alloc_pref(&v->small, n, backed, v, &a))
         return FA_VM_NO_SPACE;
     uint32_t u = fa_buddy_find(&v->small, a);
     size_t taken = fa_buddy_alloc_bytes(&v->small, u);
@@ -217,6 +228,11 @@ static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm
         if (piece_at(v, g) != FA_VM_NIL) {
             g++; /* the common case: backed already */
             continue;
+        }
+        if (!drv) { /* ready memory only */
+            small_use(v, a, taken, false);
+            fa_buddy_free_unit(&v->small, u);
+            return FA_VM_NO_MEMORY;
         }
         /* A run of unbacked granules: a piece for each, access once. */
         uint32_t run = g;
@@ -264,6 +280,9 @@ static fa_vm_result alloc_large(fa_vm *v, size_t n, bool may_create, const fa_vm
     uint32_t i = exact_piece(v, g0, ng);
     if (i != FA_VM_NIL) {
         idle_unlink(v, i); /* a block of the same size was here: no driver call */
+    } else if (!drv) {
+        fa_buddy_free_unit(&v->large, fa_buddy_find(&v->large, a));
+        return FA_VM_NO_MEMORY;
     } else {
         /* Idle pieces in the way (pieces here are whole blocks or idle) go. */
         bool ok = true;

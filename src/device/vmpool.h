@@ -109,7 +109,8 @@ static inline bool fa_vm_contains(const fa_vm *v, uintptr_t a) { return v->zone 
 
 /* Take n > 0 bytes: place the block and back every granule of it, taking
  * idle pieces (unmapped where they are) before creating new ones.  With
- * may_create false no piece is created (only idle ones are reused).
+ * may_create false no piece is created (only idle ones are reused); with
+ * drv NULL no driver call is made (memory already backed only).
  * *created gets the number of pieces created.  On failure nothing is
  * taken (pieces mapped on the way stay, idle). */
 fa_vm_result fa_vm_alloc(fa_vm *v, size_t n, bool may_create, const fa_vm_driver *drv, void *ctx,
