@@ -385,10 +385,10 @@ static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
 
 /* Pre: d->lock held.  Release every idle piece (none can receive queued
  * work: they passed the quarantine).  Returns how many went. */
-static uint32_t vm_release_idle(devstate *d, int dev, uint64_t keep)
+static uint32_t vm_release_idle(devstate *d, int dev, uint64_t keep, bool small_too)
 {
     vmctx x = {fa_cudrv_get(fa_cudart_get()), d, dev};
-    return x.drv ? fa_vm_release_idle(&d->vm, keep, &vm_driver, &x) : 0;
+    return x.drv ? fa_vm_release_idle(&d->vm, keep, small_too, &vm_driver, &x) : 0;
 }
 
 /* ---- the pool's size ---------------------------------------------------------- */
@@ -607,7 +607,9 @@ static bool vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void *
         }
         bool ok = vm_try(d, dev, n, calls, out);
         if (!ok && calls) {
-            uint32_t released = vm_release_idle(d, dev, 0);
+            /* A small block moves idle 2 MiB pieces itself; releasing them
+             * helps only a large one, or once freed blocks are back. */
+            uint32_t released = vm_release_idle(d, dev, 0, n >= FA_VM_LARGE_MIN || round == 1);
             ST_ADD(d, pieces_released, released);
             ok = released && vm_try(d, dev, n, calls, out);
         }
@@ -633,7 +635,7 @@ static bool give_back(const fa_cudart *rt, devstate *d, int dev)
         ST_ADD(d, chunks_returned, 1);
         chunk = any = true;
     } else if (d->state == READY && d->kind == KIND_VMM) {
-        uint32_t released = vm_release_idle(d, dev, 0);
+        uint32_t released = vm_release_idle(d, dev, 0, true);
         ST_ADD(d, pieces_released, released);
         any = released > 0;
     }
@@ -921,7 +923,7 @@ void fa_device_background(uint64_t now_ms)
                 if (cur < 0)
                     cur = current_device(rt);
                 bind_device(rt, dev);
-                ST_ADD(d, pieces_given_back, vm_release_idle(d, dev, d->target));
+                ST_ADD(d, pieces_given_back, vm_release_idle(d, dev, d->target, true));
                 sync_stats(d);
             }
             bool sync = excess && !waiting && d->vm.mapped > d->target && d->vm.quarantined > 0;

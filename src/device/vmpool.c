@@ -388,11 +388,11 @@ uint64_t fa_vm_sync_end(fa_vm *v, uint32_t e)
 
 /* ---- giving pieces back ------------------------------------------------------- */
 
-uint32_t fa_vm_release_idle(fa_vm *v, uint64_t keep, const fa_vm_driver *drv, void *ctx)
+uint32_t fa_vm_release_idle(fa_vm *v, uint64_t keep, bool small_too, const fa_vm_driver *drv, void *ctx)
 {
     uint32_t n = 0;
     while (v->mapped > keep) {
-        uint32_t i = v->idle_head[LARGE] != FA_VM_NIL ? v->idle_head[LARGE] : v->idle_head[SMALL];
+        uint32_t i = v->idle_head[LARGE] != FA_VM_NIL ? v->idle_head[LARGE] : small_too ? v->idle_head[SMALL] : FA_VM_NIL;
         if (i == FA_VM_NIL || !piece_drop(v, i, drv, ctx, false))
             break;
         n++;

@@ -122,9 +122,11 @@ uint32_t fa_vm_sync_begin(fa_vm *v);
 /* The synchronisation begun at epoch e finished: blocks quarantined up to
  * e are free again.  Returns the bytes released from the quarantine. */
 uint64_t fa_vm_sync_end(fa_vm *v, uint32_t e);
-/* Unmap and release idle pieces, oldest first, while more than `keep`
- * bytes are mapped.  Returns the number of pieces released. */
-uint32_t fa_vm_release_idle(fa_vm *v, uint64_t keep, const fa_vm_driver *drv, void *ctx);
+/* Unmap and release idle pieces, large ones first, then (small_too) 2 MiB
+ * ones oldest first, while more than `keep` bytes are mapped.  Returns the
+ * number of pieces released.  (A small block that found no piece to take
+ * gains nothing from releasing 2 MiB pieces: it would have moved them.) */
+uint32_t fa_vm_release_idle(fa_vm *v, uint64_t keep, bool small_too, const fa_vm_driver *drv, void *ctx);
 /* Grant access again on every mapped piece (a peer was enabled).
  * Returns the number of set_access calls that failed. */
 int fa_vm_grant_all(fa_vm *v, const fa_vm_driver *drv, void *ctx);

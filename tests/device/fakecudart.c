@@ -104,7 +104,7 @@ struct device {
  * lands there later is a fault (fakecuda_faults).  A piece's contents do
  * not follow it to another address. */
 struct vm_piece {
-    struct vm_piece *next;
+    struct vm_piece *next, *prev;
     int device;
     size_t size;
     int maps;     /* mappings of it */
@@ -114,9 +114,10 @@ struct vm_reservation {
     struct vm_reservation *next;
     char *base;
     size_t size;
+    struct vm_mapping **gran; /* per granule: the mapping over it, or NULL */
 };
 struct vm_mapping {
-    struct vm_mapping *next;
+    struct vm_mapping *next, *prev;
     char *va;
     size_t size;
     struct vm_piece *piece;
@@ -474,15 +475,6 @@ static struct alloc *freeable_at(const void *p, int with_host)
     return a;
 }
 
-/* The mapping containing p, or NULL. */
-static struct vm_mapping *mapping_at(const void *p)
-{
-    for (struct vm_mapping *m = g.mappings; m; m = m->next)
-        if ((const char *)p >= m->va && (size_t)((const char *)p - m->va) < m->size)
-            return m;
-    return NULL;
-}
-
 /* The reservation containing all of [p, p+n), or NULL. */
 static struct vm_reservation *reservation_of(const void *p, size_t n)
 {
@@ -492,6 +484,13 @@ static struct vm_reservation *reservation_of(const void *p, size_t n)
             return r;
     }
     return NULL;
+}
+
+/* The mapping containing p, or NULL. */
+static struct vm_mapping *mapping_at(const void *p)
+{
+    struct vm_reservation *r = reservation_of(p, 1);
+    return r ? r->gran[(size_t)((const char *)p - r->base) / FC_GRANULARITY] : NULL;
 }
 
 /* Is every byte of [p, p+n) mapped with access for device dev (-1: for
@@ -1399,22 +1398,64 @@ static int prop_ok(const fa_cu_alloc_prop *p)
 
 static int vmm_ok(int dev) { return g.vmm == 1 && dev >= 0 && dev < g.ndev; }
 
+/* Live handles: an open-addressing set of piece addresses (0 empty, 1 deleted). */
+static uintptr_t *handle_set;
+static size_t handle_cap, handle_used;
+
+static size_t handle_slot(uintptr_t h) { return (size_t)((h >> 4) * 0x9E3779B97F4A7C15ull) & (handle_cap - 1); }
+
+static int handle_add(uintptr_t h)
+{
+    if ((handle_used + 1) * 2 > handle_cap) {
+        size_t cap = handle_cap ? handle_cap * 2 : 256;
+        uintptr_t *old = handle_set, *set = calloc(cap, sizeof *set);
+        if (!set)
+            return -1;
+        size_t old_cap = handle_cap;
+        handle_set = set, handle_cap = cap, handle_used = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i] > 1) {
+                size_t j = handle_slot(old[i]);
+                while (handle_set[j])
+                    j = (j + 1) & (cap - 1);
+                handle_set[j] = old[i];
+                handle_used++;
+            }
+        free(old);
+    }
+    size_t j = handle_slot(h);
+    while (handle_set[j] > 1)
+        j = (j + 1) & (handle_cap - 1);
+    if (!handle_set[j])
+        handle_used++;
+    handle_set[j] = h;
+    return 0;
+}
+
+static size_t handle_find(uintptr_t h)
+{
+    for (size_t j = handle_cap ? handle_slot(h) : 0; handle_cap && handle_set[j]; j = (j + 1) & (handle_cap - 1))
+        if (handle_set[j] == h)
+            return j;
+    return SIZE_MAX;
+}
+
 static void piece_free(struct vm_piece *pc)
 {
-    struct vm_piece **link = &g.pieces;
-    while (*link != pc)
-        link = &(*link)->next;
-    *link = pc->next;
+    if (pc->prev)
+        pc->prev->next = pc->next;
+    else
+        g.pieces = pc->next;
+    if (pc->next)
+        pc->next->prev = pc->prev;
+    handle_set[handle_find((uintptr_t)pc)] = 1;
     g.dev[pc->device].used -= pc->size;
     free(pc);
 }
 
 static struct vm_piece *piece_find(fa_cu_handle h)
 {
-    for (struct vm_piece *pc = g.pieces; pc; pc = pc->next)
-        if ((fa_cu_handle)(uintptr_t)pc == h)
-            return pc;
-    return NULL;
+    return h > 1 && handle_find((uintptr_t)h) != SIZE_MAX ? (struct vm_piece *)(uintptr_t)h : NULL;
 }
 
 /* Fresh inaccessible address space at [va, va+n) (what unmapped reserved space is). */
@@ -1477,6 +1518,10 @@ static int do_cu_reserve(fa_cu_ptr *out, size_t size, size_t align, unsigned lon
     if (base + size < p + size + a)
         munmap(base + size, (size_t)(p + size + a - (base + size)));
     struct vm_reservation *r = calloc(1, sizeof *r);
+    if (r && !(r->gran = calloc(size / FC_GRANULARITY, sizeof *r->gran))) {
+        free(r);
+        r = NULL;
+    }
     if (!r) {
         munmap(base, size);
         return CU_OOM;
@@ -1498,11 +1543,12 @@ static int do_cu_address_free(fa_cu_ptr ptr, size_t size)
     if (!*link)
         return CU_INVALID;
     struct vm_reservation *r = *link;
-    for (struct vm_mapping *m = g.mappings; m; m = m->next)
-        if (m->va >= r->base && m->va < r->base + r->size)
+    for (size_t i = 0; i < r->size / FC_GRANULARITY; i++)
+        if (r->gran[i])
             return CU_INVALID;
     *link = r->next;
     munmap(r->base, r->size);
+    free(r->gran);
     free(r);
     return CU_OK;
 }
@@ -1517,11 +1563,15 @@ static int do_cu_create(fa_cu_handle *h, size_t size, const fa_cu_alloc_prop *p,
     if (d->used > d->capacity || size > d->capacity - d->used)
         return CU_OOM;
     struct vm_piece *pc = calloc(1, sizeof *pc);
-    if (!pc)
+    if (!pc || handle_add((uintptr_t)pc) != 0) {
+        free(pc);
         return CU_OOM;
+    }
     pc->device = p->location.id;
     pc->size = size;
     pc->next = g.pieces;
+    if (g.pieces)
+        g.pieces->prev = pc;
     g.pieces = pc;
     d->used += size;
     *h = (fa_cu_handle)(uintptr_t)pc;
@@ -1544,11 +1594,13 @@ static int do_cu_map(fa_cu_ptr ptr, size_t size, size_t off, fa_cu_handle h, uns
 {
     char *va = (char *)(uintptr_t)ptr;
     struct vm_piece *pc = piece_find(h);
+    struct vm_reservation *r = reservation_of(va, size);
     if (!pc || pc->released || flags || !size || !granular(ptr) || !granular(size) || !granular(off) ||
-        off > pc->size || size > pc->size - off || !reservation_of(va, size))
+        off > pc->size || size > pc->size - off || !r)
         return CU_INVALID;
-    for (struct vm_mapping *m = g.mappings; m; m = m->next)
-        if (m->va < va + size && va < m->va + m->size)
+    size_t first = (size_t)(va - r->base) / FC_GRANULARITY, count = size / FC_GRANULARITY;
+    for (size_t i = first; i < first + count; i++)
+        if (r->gran[i])
             return CU_INVALID;
     struct vm_mapping *m = calloc(1, sizeof *m);
     if (!m)
@@ -1558,17 +1610,27 @@ static int do_cu_map(fa_cu_ptr ptr, size_t size, size_t off, fa_cu_handle h, uns
     m->size = size;
     m->piece = pc;
     m->next = g.mappings;
+    if (g.mappings)
+        g.mappings->prev = m;
     g.mappings = m;
+    for (size_t i = first; i < first + count; i++)
+        r->gran[i] = m;
     pc->maps++;
     return CU_OK;
 }
 
 static void unmap_one(struct vm_mapping *m)
 {
-    struct vm_mapping **link = &g.mappings;
-    while (*link != m)
-        link = &(*link)->next;
-    *link = m->next;
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        g.mappings = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    struct vm_reservation *r = reservation_of(m->va, m->size);
+    size_t first = (size_t)(m->va - r->base) / FC_GRANULARITY;
+    for (size_t i = first; i < first + m->size / FC_GRANULARITY; i++)
+        r->gran[i] = NULL;
     vm_blank(m->va, m->size);
     struct vm_piece *pc = m->piece;
     if (--pc->maps == 0 && pc->released)

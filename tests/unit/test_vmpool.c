@@ -226,7 +226,7 @@ static void test_quarantine(void **state)
     give(a);
     assert_int_equal(vm.quarantined, 20 * MiB);
     assert_int_equal(vm.idle, 0); /* not idle before the device caught up */
-    assert_int_equal(fa_vm_release_idle(&vm, 0, &drv, NULL), 0);
+    assert_int_equal(fa_vm_release_idle(&vm, 0, true, &drv, NULL), 0);
     uintptr_t b = take(20 * MiB);
     assert_true(b != a); /* not handed out again */
     assert_int_equal(drv_state.creates, 20);
@@ -320,7 +320,7 @@ static void test_fragmentation_pins_nothing(void **state)
     size_t want = 256 * MiB - 16 * 2 * MiB;
     assert_int_equal(fa_vm_alloc(&vm, want, true, &drv, NULL, &a, &created), FA_VM_NO_MEMORY);
     assert_int_equal(fa_vm_check(&vm), 0);
-    assert_int_equal(fa_vm_release_idle(&vm, 0, &drv, NULL), 112); /* under pressure: every idle piece */
+    assert_int_equal(fa_vm_release_idle(&vm, 0, true, &drv, NULL), 112); /* under pressure: every idle piece */
     assert_int_equal(vm.mapped, 32 * MiB);
     assert_int_equal(fa_vm_alloc(&vm, want, true, &drv, NULL, &a, &created), FA_VM_OK);
     assert_true(reachable(a, want));
@@ -335,7 +335,8 @@ static void test_release_keeps(void **state)
     uintptr_t a = take(40 * MiB);
     give(a);
     sync_all();
-    assert_int_equal(fa_vm_release_idle(&vm, 16 * MiB, &drv, NULL), 12);
+    assert_int_equal(fa_vm_release_idle(&vm, 16 * MiB, false, &drv, NULL), 0); /* large ones only: none */
+    assert_int_equal(fa_vm_release_idle(&vm, 16 * MiB, true, &drv, NULL), 12);
     assert_int_equal(vm.mapped, 16 * MiB);
     assert_int_equal(drv_state.used, 16 * MiB);
     assert_int_equal(fa_vm_check(&vm), 0);
