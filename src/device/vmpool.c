@@ -49,6 +49,8 @@ bool fa_vm_init(fa_vm *v, uintptr_t base, size_t zone)
     v->zone = zone;
     v->free_slot = v->idle_head[SMALL] = v->idle_head[LARGE] = v->idle_tail[SMALL] = v->idle_tail[LARGE] = FA_VM_NIL;
     v->q_head[SMALL] = v->q_head[LARGE] = v->q_tail[SMALL] = v->q_tail[LARGE] = FA_VM_NIL;
+    for (unsigned k = 0; k <= FA_BUDDY_MAX_ORDER; k++)
+        v->cache[k] = FA_BUDDY_NIL;
     return true;
 }
 
@@ -214,13 +216,80 @@ static bool backed(void *ctx, uintptr_t a, size_t bytes)
     return true;
 }
 
+static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
+
+/* The reuse cache of the small zone: blocks out of the quarantine, kept
+ * whole (held in the buddy, their bytes no longer counted as used) for the
+ * next request of the same number of units; merged only when the buddy
+ * cannot place a request. */
+static void cache_put(fa_vm *v, uint32_t u)
+{
+    unsigned k = ceil_log2(v->small.u[u].units);
+    v->small.u[u].next = v->cache[k];
+    v->cache[k] = u;
+    v->cached += fa_buddy_alloc_bytes(&v->small, u);
+}
+
+/* A cached block of exactly `units` (the first few of its order). */
+static bool cache_take(fa_vm *v, uint32_t units, uint32_t *out)
+{
+    uint32_t *link = &v->cache[ceil_log2(units)];
+    for (int looked = 0; *link != FA_BUDDY_NIL && looked < 8; looked++) {
+        uint32_t u = *link;
+        if (v->small.u[u].units == units) {
+            *link = v->small.u[u].next;
+            v->cached -= fa_buddy_alloc_bytes(&v->small, u);
+            *out = u;
+            return true;
+        }
+        link = &v->small.u[u].next;
+    }
+    return false;
+}
+
+static void cache_flush(fa_vm *v)
+{
+    for (unsigned k = 0; k <= FA_BUDDY_MAX_ORDER && v->cached; k++)
+        while (v->cache[k] != FA_BUDDY_NIL) {
+            uint32_t u = v->cache[k];
+            v->cache[k] = v->small.u[u].next;
+            v->cached -= fa_buddy_alloc_bytes(&v->small, u);
+            fa_buddy_free_unit(&v->small, u);
+        }
+}
+
+/* Undo a small placement that could not be backed. */
+static void unplace_small(fa_vm *v, uint32_t u, uintptr_t a, size_t taken, bool from_cache)
+{
+    small_use(v, a, taken, false); /* what was mapped stays, idle */
+    if (from_cache) {
+        fa_buddy_hold(&v->small, u);
+        cache_put(v, u);
+    } else {
+        fa_buddy_free_unit(&v->small, u);
+    }
+}
+
 static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm_driver *drv, void *ctx,
                                 uintptr_t *addr, unsigned *created)
 {
     uintptr_t a;
-    if (!fa_buddy_alloc_pref(&v->small, n, backed, v, &a))
-        return FA_VM_NO_SPACE;
-    uint32_t u = fa_buddy_find(&v->small, a);
+    uint32_t u;
+    uint32_t units = (uint32_t)((n + ((size_t)1 << FA_VM_UNIT_SHIFT) - 1) >> FA_VM_UNIT_SHIFT);
+    bool from_cache = v->cached && cache_take(v, units, &u);
+    if (from_cache) {
+        fa_buddy_reuse(&v->small, u, n);
+        a = v->small.base + ((uintptr_t)u << FA_VM_UNIT_SHIFT);
+    } else {
+        if (!fa_buddy_alloc_pref(&v->small, n, backed, v, &a)) {
+            if (!v->cached)
+                return FA_VM_NO_SPACE;
+            cache_flush(v); /* sizes changed: merge the cache and look again */
+            if (!fa_buddy_alloc_pref(&v->small, n, backed, v, &a))
+                return FA_VM_NO_SPACE;
+        }
+        u = fa_buddy_find(&v->small, a);
+    }
     size_t taken = fa_buddy_alloc_bytes(&v->small, u);
     small_use(v, a, taken, true);
     uint32_t last = gran_of(v, a + taken - 1);
@@ -230,8 +299,7 @@ static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm
             continue;
         }
         if (!drv) { /* ready memory only */
-            small_use(v, a, taken, false);
-            fa_buddy_free_unit(&v->small, u);
+            unplace_small(v, u, a, taken, from_cache);
             return FA_VM_NO_MEMORY;
         }
         /* A run of unbacked granules: a piece for each, access once. */
@@ -255,8 +323,7 @@ static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm
             piece_add(v, g, 1, h, true);
         }
         if (!finish_run(v, run, g, drv, ctx) || !ok) {
-            small_use(v, a, taken, false); /* what was mapped stays, idle */
-            fa_buddy_free_unit(&v->small, u);
+            unplace_small(v, u, a, taken, from_cache);
             return FA_VM_NO_MEMORY;
         }
     }
@@ -370,10 +437,11 @@ uint64_t fa_vm_sync_end(fa_vm *v, uint32_t e)
                 v->q_tail[z] = FA_VM_NIL;
             uintptr_t a = b->base + ((uintptr_t)u << b->min_shift);
             size_t bytes = fa_buddy_alloc_bytes(b, u);
-            fa_buddy_free_unit(b, u);
             if (z == SMALL) {
                 small_use(v, a, bytes, false);
+                cache_put(v, u); /* whole, for the next request of its size */
             } else {
+                fa_buddy_free_unit(b, u);
                 uint32_t g0 = gran_of(v, a), i = exact_piece(v, g0, (uint32_t)(bytes >> FA_VM_GRANULE_SHIFT));
                 v->gran_use[g0] = 0;
                 if (i != FA_VM_NIL)
@@ -418,6 +486,7 @@ void fa_vm_release_all(fa_vm *v, const fa_vm_driver *drv, void *ctx)
 
 size_t fa_vm_largest_free(const fa_vm *v)
 {
+    /* Cached blocks are not counted: conservative until they merge. */
     size_t s = fa_buddy_largest(&v->small), l = fa_buddy_largest(&v->large);
     return s > l ? s : l;
 }

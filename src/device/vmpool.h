@@ -21,7 +21,10 @@
  * (fa_vm_sync_begin/end): work queued before its cudaFree may still touch
  * it.  Only then can its granules become idle, so an idle piece can be
  * unmapped and released without a synchronisation (cuMemUnmap does not
- * wait for queued work). */
+ * wait for queued work).  Small blocks leaving the quarantine wait whole
+ * in a reuse cache for the next request of the same size (PyTorch asks for
+ * the same segment sizes again and again), so the buddy splits and merges
+ * only when sizes change; their granules count as unused meanwhile. */
 #ifndef FA_VMPOOL_H
 #define FA_VMPOOL_H
 
@@ -70,6 +73,8 @@ typedef struct fa_vm {
     uint32_t idle_head[2], idle_tail[2]; /* per zone */
     uint32_t q_head[2], q_tail[2]; /* quarantine per zone, through buddy.u[].next; epoch in .prev */
     uint32_t epoch;
+    uint32_t cache[FA_BUDDY_MAX_ORDER + 1]; /* small zone reuse cache by order, through buddy.u[].next */
+    uint64_t cached;                        /* bytes in it */
     size_t meta_bytes;
     /* numbers */
     uint64_t mapped;      /* bytes of pieces mapped */
