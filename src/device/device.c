@@ -918,11 +918,14 @@ void fa_device_background(uint64_t now_ms)
         for (int round = 0; round < 2; round++) {
             pthread_mutex_lock(&d->lock);
             bool excess = d->state == READY && d->kind == KIND_VMM && d->vm.mapped > d->target;
-            bool waiting = excess && now_ms - d->last_grow_ms < IDLE_SPELL_MS;
+            bool waiting = excess && now_ms < d->last_grow_ms + IDLE_SPELL_MS;
             if (excess && !waiting) {
+                /* The driver calls need the device's context on this thread. */
                 if (cur < 0)
                     cur = current_device(rt);
-                bind_device(rt, dev);
+                bool clear = error_clear(rt);
+                if (rt->cudaSetDevice && rt->cudaSetDevice(dev) != 0)
+                    absorb(rt, clear);
                 ST_ADD(d, pieces_given_back, vm_release_idle(d, dev, d->target, true));
                 sync_stats(d);
             }
@@ -935,7 +938,7 @@ void fa_device_background(uint64_t now_ms)
         }
     }
     if (cur >= 0 && rt->cudaSetDevice)
-        rt->cudaSetDevice(cur);
+        rt->cudaSetDevice(cur); /* the thread's device as it was */
     if (again)
         __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
 }

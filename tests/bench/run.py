@@ -167,7 +167,7 @@ WORKLOADS = (
     # per-pair cost should not follow it.
     *(
         Workload(
-            f"device-pool-1t-{size}",
+            f"pool-1t-{size}",
             f"cudaMalloc+cudaFree pairs, PyTorch segment sizes, 1 thread, {size} pool on a {size} device",
             DEVICE_PROGRAM,
             ("1", DEVICE_PAIRS),
