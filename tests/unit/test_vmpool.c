@@ -368,6 +368,33 @@ static void test_grant_all(void **state)
     assert_int_equal(drv_state.accesses - before, 3); /* per piece: two small, one large */
 }
 
+/* Small blocks out of the quarantine wait whole for the next request of
+ * their size; their pieces are idle meanwhile (released under pressure,
+ * backed again when the block is reused). */
+static void test_reuse_cache(void **state)
+{
+    (void)state;
+    uintptr_t a = take(20 * MiB);
+    give(a);
+    sync_all();
+    assert_int_equal(vm.cached, 20 * MiB);
+    assert_int_equal(vm.idle, 20 * MiB); /* a cached block's pieces are idle */
+    uintptr_t b = take(20 * MiB - 4096); /* fewer units: placed anew, on a's idle pieces moved there */
+    assert_true(b != a);
+    assert_int_equal(vm.stolen, 10);
+    give(b);
+    sync_all();
+    assert_int_equal(vm.cached, 40 * MiB - 4096);
+    assert_int_equal(fa_vm_release_idle(&vm, 0, true, &drv, NULL), 10); /* pressure: every idle piece */
+    assert_int_equal(vm.mapped, 0);
+    int creates = drv_state.creates;
+    uintptr_t c = take(20 * MiB);
+    assert_int_equal(c, a);                            /* the cached block... */
+    assert_int_equal(drv_state.creates, creates + 10); /* ...backed again */
+    assert_int_equal(vm.cached, 20 * MiB - 4096);
+    assert_int_equal(fa_vm_free(&vm, b, &(size_t){0}, &(size_t){0}), FA_VM_BAD_POINTER); /* cached is not live */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +409,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_keeps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_access_failure_leaves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reuse_cache, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
