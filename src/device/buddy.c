@@ -41,7 +41,7 @@ static void *map(size_t bytes)
 bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max_order)
 {
     memset(b, 0, sizeof *b);
-    if (max_order > FA_BUDDY_MAX_ORDER || min_shift < 4 || min_shift > 16 || max_order > 31)
+    if (max_order > FA_BUDDY_MAX_ORDER || min_shift < 4 || min_shift > 21 || max_order > 31)
         return false;
     size_t n = (size_t)1 << max_order;
     /* Pages are touched only where blocks start, so the cost follows the
@@ -70,20 +70,38 @@ void fa_buddy_destroy(fa_buddy *b)
 
 static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
 
-bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr)
+bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr) { return fa_buddy_alloc_pref(b, bytes, NULL, NULL, addr); }
+
+bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uintptr_t addr, size_t bytes), void *ctx,
+                         uintptr_t *addr)
 {
     if (bytes == 0)
         return false;
     uint64_t unit = (uint64_t)1 << b->min_shift;
     uint64_t n = ((uint64_t)bytes + unit - 1) >> b->min_shift;
     unsigned k = ceil_log2(n);
-    if (k > b->max_order)
+    if (k > b->max_order || ((n << b->min_shift) - bytes) > UINT16_MAX) /* the slack must fit its field */
         return false;
     uint64_t avail = b->nonempty >> k;
     if (!avail)
         return false;
     unsigned j = k + (unsigned)__builtin_ctzll(avail); /* smallest order that has a block */
     uint32_t u = b->heads[j];
+    if (pref && !pref(ctx, b->base + ((uintptr_t)u << b->min_shift), (size_t)(n << b->min_shift))) {
+        /* A few candidates of each order, smallest first: the allocation
+         * takes the start of the block it comes from. */
+        bool found = false;
+        for (unsigned o = j; o <= b->max_order && !found; o++) {
+            if (!((b->nonempty >> o) & 1))
+                continue;
+            uint32_t c = b->heads[o];
+            for (int looked = 0; c != FA_BUDDY_NIL && looked < FA_BUDDY_PREF_LOOK && !found; looked++, c = b->u[c].next)
+                if (pref(ctx, b->base + ((uintptr_t)c << b->min_shift), (size_t)(n << b->min_shift))) {
+                    u = c, j = o;
+                    found = true;
+                }
+        }
+    }
     unlink_block(b, u);
     while (j > k) { /* split: keep the lower half, free the upper */
         j--;

@@ -47,8 +47,10 @@ typedef struct fa_buddy {
  * pool's quarantine): fa_buddy_find no longer returns it. */
 enum { FA_BUDDY_NONE = 0, FA_BUDDY_FREE = 1, FA_BUDDY_ALLOC = 2, FA_BUDDY_HELD = 3 };
 
-/* Range [base, base + 2^(min_shift + max_order)), 4 <= min_shift <= 16,
- * max_order <= 31.  Returns false for other shapes or if the metadata
+/* Range [base, base + 2^(min_shift + max_order)), 4 <= min_shift <= 21,
+ * max_order <= 31.  With units above 64 KiB, fa_buddy_alloc takes only
+ * sizes whose last unit is short by less than 64 KiB (the slack field is
+ * 16 bits): the device pool asks such a buddy for whole units.  Returns false for other shapes or if the metadata
  * could not be mapped. */
 bool fa_buddy_init(fa_buddy *b, uintptr_t base, unsigned min_shift, unsigned max_order);
 void fa_buddy_destroy(fa_buddy *b);
@@ -64,6 +66,15 @@ static inline bool fa_buddy_idle(const fa_buddy *b) { return b->free_units == (u
  * free block is large enough.  The allocation is aligned to the unit at
  * least, and to the largest power of two <= its size. */
 bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr);
+
+/* Like fa_buddy_alloc, but a block whose first `bytes` (rounded to units)
+ * pref accepts is taken if one is found among the first
+ * FA_BUDDY_PREF_LOOK blocks of each order that fits, smallest order first;
+ * else the block fa_buddy_alloc takes.  At most a constant number of pref
+ * calls.  (The device pool prefers address runs already backed.) */
+#define FA_BUDDY_PREF_LOOK 16
+bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uintptr_t addr, size_t bytes), void *ctx,
+                         uintptr_t *addr);
 
 /* The unit index of the allocation starting at addr, or FA_BUDDY_NIL if
  * addr is not the start of a live allocation. */

@@ -22,6 +22,7 @@ typedef cudaGraphNode_t fa_cuda_graph_node;
 typedef cudaIpcMemHandle_t fa_cuda_ipc_handle;
 typedef enum cudaStreamCaptureMode fa_cuda_capture_mode;
 typedef struct cudaGraphEdgeData_st fa_cuda_edge_data;
+typedef enum cudaDriverEntryPointQueryResult fa_cuda_entry_status;
 #else
 typedef int fa_cuda_error;                    /* enum cudaError */
 typedef struct CUstream_st *fa_cuda_stream;   /* cudaStream_t */
@@ -32,6 +33,7 @@ typedef struct fa_cuda_ipc_handle {
 } fa_cuda_ipc_handle;                         /* cudaIpcMemHandle_t */
 typedef int fa_cuda_capture_mode;             /* enum cudaStreamCaptureMode */
 typedef struct fa_cuda_edge_data fa_cuda_edge_data; /* cudaGraphEdgeData (opaque here) */
+typedef int fa_cuda_entry_status;             /* enum cudaDriverEntryPointQueryResult */
 #endif
 
 #define FA_CUDA_SUCCESS ((fa_cuda_error)0) /* cudaSuccess */
@@ -39,6 +41,7 @@ typedef struct fa_cuda_edge_data fa_cuda_edge_data; /* cudaGraphEdgeData (opaque
 #define FA_CUDA_ERROR_MEMORY_ALLOCATION ((fa_cuda_error)2) /* cudaErrorMemoryAllocation */
 #define FA_CUDA_ERROR_INITIALIZATION ((fa_cuda_error)3) /* cudaErrorInitializationError */
 #define FA_CUDA_ERROR_INVALID_DEVICE ((fa_cuda_error)101) /* cudaErrorInvalidDevice */
+#define FA_CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ((fa_cuda_error)704) /* cudaErrorPeerAccessAlreadyEnabled */
 #define FA_CUDA_ERROR_NOT_SUPPORTED ((fa_cuda_error)801) /* cudaErrorNotSupported */
 #define FA_CUDA_ERROR_CAPTURE_UNSUPPORTED ((fa_cuda_error)900) /* cudaErrorStreamCaptureUnsupported */
 #define FA_CUDA_ERROR_CAPTURE_INVALIDATED ((fa_cuda_error)901) /* cudaErrorStreamCaptureInvalidated */
@@ -49,6 +52,7 @@ _Static_assert((int)FA_CUDA_ERROR_INVALID_VALUE == (int)cudaErrorInvalidValue, "
 _Static_assert((int)FA_CUDA_ERROR_MEMORY_ALLOCATION == (int)cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation");
 _Static_assert((int)FA_CUDA_ERROR_INITIALIZATION == (int)cudaErrorInitializationError, "cudaErrorInitializationError");
 _Static_assert((int)FA_CUDA_ERROR_INVALID_DEVICE == (int)cudaErrorInvalidDevice, "cudaErrorInvalidDevice");
+_Static_assert((int)FA_CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED == (int)cudaErrorPeerAccessAlreadyEnabled, "peer");
 _Static_assert((int)FA_CUDA_ERROR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "cudaErrorNotSupported");
 _Static_assert((int)FA_CUDA_ERROR_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported, "capture unsupported");
 _Static_assert((int)FA_CUDA_ERROR_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated, "capture invalidated");
@@ -88,6 +92,101 @@ _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-size
        fa_cuda_capture_mode m),                                                                                 \
       (s, g, deps, ed, n, m))                                                                                   \
     X(cudaStreamEndCapture, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                       \
-    X(cudaStreamEndCapture_ptsz, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))
+    X(cudaStreamEndCapture_ptsz, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                 \
+    X(cudaDeviceEnablePeerAccess, fa_cuda_error, (int peer, unsigned flags), (peer, flags))                     \
+    X(cudaGetDriverEntryPoint, fa_cuda_error,                                                                   \
+      (const char *sym, void **fn, unsigned long long flags, fa_cuda_entry_status *st), (sym, fn, flags, st))   \
+    X(cudaGetDriverEntryPointByVersion, fa_cuda_error,                                                          \
+      (const char *sym, void **fn, unsigned ver, unsigned long long flags, fa_cuda_entry_status *st),           \
+      (sym, fn, ver, flags, st))
+
+/* ---- the driver API slice of the pool of physical pieces (cuda.h) -------
+ * Found through cudaGetDriverEntryPointByVersion of the loaded runtime,
+ * never by linking libcuda.  The check build compares every type, value
+ * and prototype with cuda.h. */
+#ifdef FA_CUDA_ABI_CHECK
+#include <cuda.h>
+typedef CUresult fa_cu_result;
+typedef CUdeviceptr fa_cu_ptr;
+typedef CUmemGenericAllocationHandle fa_cu_handle;
+typedef CUmemLocation fa_cu_location;
+typedef CUmemAllocationProp fa_cu_alloc_prop;
+typedef CUmemAccessDesc fa_cu_access_desc;
+typedef CUdevice_attribute fa_cu_attr;
+typedef CUmemAllocationGranularity_flags fa_cu_gran_flags;
+typedef CUmemAccess_flags fa_cu_access_flags;
+#else
+typedef int fa_cu_result;                /* CUresult */
+typedef unsigned long long fa_cu_ptr;    /* CUdeviceptr (64-bit) */
+typedef unsigned long long fa_cu_handle; /* CUmemGenericAllocationHandle */
+typedef int fa_cu_attr;                  /* CUdevice_attribute */
+typedef int fa_cu_gran_flags;            /* CUmemAllocationGranularity_flags */
+typedef int fa_cu_access_flags;          /* CUmemAccess_flags */
+typedef struct fa_cu_location {
+    int type; /* CUmemLocationType */
+    int id;
+} fa_cu_location; /* CUmemLocation */
+typedef struct fa_cu_alloc_prop {
+    int type;                 /* CUmemAllocationType */
+    int requestedHandleTypes; /* CUmemAllocationHandleType */
+    fa_cu_location location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} fa_cu_alloc_prop; /* CUmemAllocationProp */
+typedef struct fa_cu_access_desc {
+    fa_cu_location location;
+    fa_cu_access_flags flags;
+} fa_cu_access_desc; /* CUmemAccessDesc */
+#endif
+/* The layouts cuda.h has (the check build compiles these against it). */
+_Static_assert(sizeof(fa_cu_alloc_prop) == 32 && sizeof(fa_cu_access_desc) == 12, "CUDA driver struct sizes");
+
+#define FA_CU_SUCCESS 0                /* CUDA_SUCCESS */
+#define FA_CU_ERROR_OUT_OF_MEMORY 2    /* CUDA_ERROR_OUT_OF_MEMORY */
+#define FA_CU_ATTR_VMM_SUPPORTED 102   /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+#define FA_CU_ALLOCATION_TYPE_PINNED 1 /* CU_MEM_ALLOCATION_TYPE_PINNED */
+#define FA_CU_LOCATION_TYPE_DEVICE 1   /* CU_MEM_LOCATION_TYPE_DEVICE */
+#define FA_CU_ACCESS_READWRITE 3       /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE */
+#define FA_CU_GRANULARITY_MINIMUM 0    /* CU_MEM_ALLOC_GRANULARITY_MINIMUM */
+#define FA_CUDA_ENTRY_POINT_SUCCESS 0  /* cudaDriverEntryPointSuccess */
+#define FA_CUDA_ENABLE_DEFAULT 0ull    /* cudaEnableDefault */
+#define FA_CU_ENTRY_VERSION 12000      /* the CUDA version whose prototypes these are */
+
+#ifdef FA_CUDA_ABI_CHECK
+_Static_assert(FA_CU_SUCCESS == CUDA_SUCCESS, "CUDA_SUCCESS");
+_Static_assert(FA_CU_ERROR_OUT_OF_MEMORY == CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY");
+_Static_assert(FA_CU_ATTR_VMM_SUPPORTED == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, "VMM attribute");
+_Static_assert(FA_CU_ALLOCATION_TYPE_PINNED == CU_MEM_ALLOCATION_TYPE_PINNED, "pinned");
+_Static_assert(FA_CU_LOCATION_TYPE_DEVICE == CU_MEM_LOCATION_TYPE_DEVICE, "location device");
+_Static_assert(FA_CU_ACCESS_READWRITE == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "read-write");
+_Static_assert(FA_CU_GRANULARITY_MINIMUM == CU_MEM_ALLOC_GRANULARITY_MINIMUM, "granularity");
+_Static_assert(FA_CUDA_ENTRY_POINT_SUCCESS == cudaDriverEntryPointSuccess, "entry point success");
+_Static_assert(FA_CUDA_ENABLE_DEFAULT == cudaEnableDefault, "cudaEnableDefault");
+_Static_assert(sizeof(CUdeviceptr) == 8, "64-bit device pointers");
+#endif
+
+/* X(name, params): the driver functions, all returning CUresult. */
+#define FA_CU_FUNCS(X)                                                                                       \
+    X(cuDeviceGetAttribute, (int *v, fa_cu_attr a, int dev))                                                 \
+    X(cuMemGetAllocationGranularity, (size_t * g, const fa_cu_alloc_prop *p, fa_cu_gran_flags f))           \
+    X(cuMemAddressReserve, (fa_cu_ptr * p, size_t size, size_t align, fa_cu_ptr addr, unsigned long long f)) \
+    X(cuMemAddressFree, (fa_cu_ptr p, size_t size))                                                          \
+    X(cuMemCreate, (fa_cu_handle * h, size_t size, const fa_cu_alloc_prop *p, unsigned long long f))        \
+    X(cuMemRelease, (fa_cu_handle h))                                                                        \
+    X(cuMemMap, (fa_cu_ptr p, size_t size, size_t off, fa_cu_handle h, unsigned long long f))               \
+    X(cuMemUnmap, (fa_cu_ptr p, size_t size))                                                                \
+    X(cuMemSetAccess, (fa_cu_ptr p, size_t size, const fa_cu_access_desc *d, size_t n))
+
+#ifdef FA_CUDA_ABI_CHECK
+#define FA_CU_CHECK(name, params) \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&name), fa_cu_result(*) params), #name);
+FA_CU_FUNCS(FA_CU_CHECK)
+#undef FA_CU_CHECK
+#endif
 
 #endif

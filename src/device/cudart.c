@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "../core/log.h"
@@ -64,4 +65,51 @@ const fa_cudart *fa_cudart_get(void)
         pthread_mutex_unlock(&lock);
     }
     return &rt;
+}
+
+/* ---- the driver's functions through the runtime ---------------------------- */
+
+static fa_cudrv drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static const fa_cudart *drv_rt, *drv_rt_arg;
+static int drv_found;
+
+static void *entry_point(const char *name)
+{
+    void *fn = NULL;
+    fa_cuda_entry_status st = (fa_cuda_entry_status)1;
+    if (drv_rt->cudaGetDriverEntryPointByVersion &&
+        drv_rt->cudaGetDriverEntryPointByVersion(name, &fn, FA_CU_ENTRY_VERSION, FA_CUDA_ENABLE_DEFAULT, &st) == 0 &&
+        st == FA_CUDA_ENTRY_POINT_SUCCESS && fn)
+        return fn;
+    fn = NULL;
+    if (drv_rt->cudaGetDriverEntryPoint &&
+        drv_rt->cudaGetDriverEntryPoint(name, &fn, FA_CUDA_ENABLE_DEFAULT, &st) == 0 &&
+        st == FA_CUDA_ENTRY_POINT_SUCCESS && fn)
+        return fn;
+    return NULL;
+}
+
+static void resolve_driver(void)
+{
+    drv_rt = __atomic_load_n(&drv_rt_arg, __ATOMIC_ACQUIRE);
+    bool clear = !drv_rt->cudaPeekAtLastError || drv_rt->cudaPeekAtLastError() == 0;
+    int missing = 0;
+#define FA_CUDRV_LOOKUP(name, params)                      \
+    *(void **)&drv.name = entry_point(#name);              \
+    missing += drv.name == NULL;
+    FA_CU_FUNCS(FA_CUDRV_LOOKUP)
+#undef FA_CUDRV_LOOKUP
+    if (clear && drv_rt->cudaGetLastError)
+        drv_rt->cudaGetLastError(); /* a failed lookup is ours, not the program's */
+    if (missing)
+        fa_debug("%d driver virtual-memory functions not found through the runtime", missing);
+    __atomic_store_n(&drv_found, !missing, __ATOMIC_RELEASE);
+}
+
+const fa_cudrv *fa_cudrv_get(const fa_cudart *r)
+{
+    __atomic_store_n(&drv_rt_arg, r, __ATOMIC_RELEASE); /* every caller passes the same */
+    pthread_once(&drv_once, resolve_driver);
+    return __atomic_load_n(&drv_found, __ATOMIC_ACQUIRE) ? &drv : NULL;
 }

@@ -21,4 +21,18 @@ typedef struct fa_cudart {
 /* The runtime's functions (members NULL when missing).  Never NULL. */
 const fa_cudart *fa_cudart_get(void);
 
+/* The driver's virtual-memory functions, from the runtime's
+ * cudaGetDriverEntryPointByVersion (or cudaGetDriverEntryPoint): libcuda is
+ * never linked or opened by name. */
+typedef struct fa_cudrv {
+#define FA_CUDRV_PTR(name, params) fa_cu_result(*name) params;
+    FA_CU_FUNCS(FA_CUDRV_PTR)
+#undef FA_CUDRV_PTR
+} fa_cudrv;
+
+/* Pre: rt has found a runtime.  Looked up once; NULL when any function is
+ * missing (an old runtime or driver).  A failed lookup leaves the calling
+ * thread's last error as it was. */
+const fa_cudrv *fa_cudrv_get(const fa_cudart *rt);
+
 #endif

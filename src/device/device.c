@@ -1,20 +1,29 @@
 /* device.c - cudaMalloc and cudaFree served from a pool per GPU.
  *
- * The pool of each device is reserved from the driver at the first
- * cudaMalloc on that device (never at load), in chunks that can be given
- * back one by one.  The rules that keep it as safe as the driver:
+ * Where the driver supports virtual-memory management the pool is made of
+ * 2 MiB physical pieces (cuMemCreate) mapped into address space reserved
+ * once per device (vmpool.c decides which); elsewhere, of chunks taken with
+ * cudaMalloc (pool.c).  The rules that keep it as safe as the driver:
  *  - a freed block is quarantined until a device synchronisation that
  *    began after the free (the real cudaFree synchronises; we synchronise
- *    once, only when ready blocks cannot serve a request, or ride on the
- *    application's own cudaDeviceSynchronize);
- *  - no synchronisation while a stream capture is in progress (it would
- *    invalidate the capture): requests are served by the driver instead;
- *  - when the driver runs out of memory, idle chunks go back to it and the
- *    request is retried; the final error is the driver's own;
+ *    only when nothing else serves a request, or ride on the application's
+ *    own cudaDeviceSynchronize).  Pieces are unmapped and released only
+ *    when idle, i.e. after that synchronisation: cuMemUnmap does not wait
+ *    for queued work;
+ *  - grow before waiting: when ready memory cannot serve, idle pieces are
+ *    moved and new ones created while the driver has room; what was grown
+ *    beyond FORGEALLOC_DEVICE_POOL_SIZE goes back after an idle spell
+ *    (fa_device_background) and at once when the driver runs short;
+ *  - no synchronisation and no driver call of the pool's while a stream
+ *    capture is in progress (a sync would invalidate the capture):
+ *    requests that ready memory cannot serve go to the driver;
+ *  - when the driver runs out of memory, idle pieces or chunks go back to
+ *    it and the request is retried; the final error is the driver's own;
  *  - internal calls that fail leave no error for cudaGetLastError (PyTorch
  *    throws on any pending error other than cudaErrorMemoryAllocation);
- *  - cudaMemGetInfo counts the pool's idle bytes as free.
- * The pool itself (pool.c, buddy.c) is pure C; all CUDA calls are here. */
+ *  - cudaMemGetInfo counts idle and quarantined pool bytes as free.
+ * Locks: one per device (its pool and numbers), one for the map of
+ * driver-served blocks; never both, never across a synchronisation. */
 #define _GNU_SOURCE
 #include "device.h"
 
@@ -30,27 +39,42 @@
 #include "cudart.h"
 #include "pool.h"
 #include "ptrmap.h"
+#include "vmpool.h"
 
 enum pool_state { UNTOUCHED, RESERVING, READY, PASSTHROUGH };
+enum pool_kind { KIND_NONE, KIND_CHUNKS, KIND_VMM };
+
+#define IDLE_SPELL_MS 10000 /* grown pieces go back after this long without growth */
 
 typedef struct devstate {
-    fa_pool pool;
+    pthread_mutex_t lock;    /* everything here; state, kind, vm_base, vm_bytes, peers are also read atomically */
     int state;
-    uint64_t target;         /* pool bytes wanted */
+    int kind;
+    fa_pool pool;            /* KIND_CHUNKS */
+    fa_vm vm;                /* KIND_VMM */
+    uintptr_t vm_base;       /* the reservation, 0 when none */
+    size_t vm_bytes;
+    uint64_t target;         /* pool bytes wanted (kept once used) */
     uint64_t fallback_bytes; /* requested bytes of live driver allocations */
+    uint64_t last_grow_ms;   /* CLOCK_MONOTONIC */
+    unsigned peers;          /* bit p: device p may access this pool (cudaDeviceEnablePeerAccess) */
     int used;                /* some cudaMalloc/cudaFree reached this device */
     fa_device_stats st;      /* written under `lock`, read without it */
 } devstate;
 
-static devstate devs[FA_MAX_DEVICES];
+static devstate devs[FA_MAX_DEVICES] = {[0 ... FA_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
 static fa_ptrmap fallback;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER; /* fallback */
 static uint64_t passthrough[FA_PT_COUNT];
 static int captures;    /* stream captures in progress, process-wide */
 static int cuda_seen;
 static int blind_state;          /* 0 not decided yet, 1 not blind, 2 blind */
 static const char *blind_reason; /* set before blind_state becomes 2 */
 static int warned_missing, warned_ipc, warned_chunk;
+static int background_wanted; /* some pool grew beyond its size */
+static bool (*waker)(void);
+
+void fa_device_set_waker(bool (*wake)(void)) { __atomic_store_n(&waker, wake, __ATOMIC_RELEASE); }
 
 #define ST_ADD(d, field, v) __atomic_fetch_add(&(d)->st.field, (v), __ATOMIC_RELAXED)
 #define ST_SET(d, field, v) __atomic_store_n(&(d)->st.field, (v), __ATOMIC_RELAXED)
@@ -62,17 +86,33 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Pre: `lock` held.  Mirror the pool's numbers into the stats. */
+static int kind_of(devstate *d) { return __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE); }
+static int state_of(devstate *d) { return __atomic_load_n(&d->state, __ATOMIC_ACQUIRE); }
+
+/* Pre: d->lock held.  Mirror the pool's numbers into the stats. */
 static void sync_stats(devstate *d)
 {
-    uint64_t in_use = d->pool.requested + d->fallback_bytes;
-    uint64_t waste = d->pool.in_use - d->pool.requested;
-    ST_SET(d, pool_bytes, d->pool.bytes);
-    ST_SET(d, pool_chunks, (uint64_t)d->pool.nchunks);
+    uint64_t bytes, taken, requested, quarantined;
+    if (d->kind == KIND_VMM) {
+        const fa_vm *v = &d->vm;
+        bytes = v->mapped, taken = v->in_use, requested = v->requested, quarantined = v->quarantined;
+        ST_SET(d, pieces_mapped, v->pieces_mapped);
+        ST_SET(d, pieces_idle, v->pieces_idle);
+        ST_SET(d, idle_bytes, v->idle);
+        ST_SET(d, largest_free_bytes, v->zone ? fa_vm_largest_free(v) : 0);
+    } else {
+        const fa_pool *p = &d->pool;
+        bytes = p->bytes, taken = p->in_use, requested = p->requested, quarantined = p->quarantined;
+        ST_SET(d, pool_chunks, (uint64_t)p->nchunks);
+    }
+    uint64_t in_use = requested + d->fallback_bytes;
+    uint64_t waste = taken - requested;
+    ST_SET(d, vmm, d->kind == KIND_VMM);
+    ST_SET(d, pool_bytes, bytes);
     ST_SET(d, in_use_bytes, in_use);
-    ST_SET(d, pool_in_use_bytes, d->pool.in_use);
-    ST_SET(d, requested_bytes, d->pool.requested);
-    ST_SET(d, quarantine_bytes, d->pool.quarantined);
+    ST_SET(d, pool_in_use_bytes, taken);
+    ST_SET(d, requested_bytes, requested);
+    ST_SET(d, quarantine_bytes, quarantined);
     ST_SET(d, waste_bytes, waste);
     if (in_use > d->st.peak_in_use_bytes)
         ST_SET(d, peak_in_use_bytes, in_use);
@@ -204,6 +244,185 @@ static bool blind(void)
     return why != NULL;
 }
 
+/* ---- the driver's virtual-memory calls, for vmpool.c ---------------------------- */
+
+typedef struct vmctx {
+    const fa_cudrv *drv;
+    devstate *d;
+    int dev;
+} vmctx;
+
+static void vm_call_done(devstate *d, uint64_t t0)
+{
+    ST_ADD(d, driver_ns, now_ns() - t0);
+    ST_ADD(d, driver_vm_calls, 1);
+}
+
+static int vm_create(void *c, size_t bytes, uint64_t *handle)
+{
+    vmctx *x = c;
+    fa_cu_alloc_prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = FA_CU_ALLOCATION_TYPE_PINNED;
+    prop.location.type = FA_CU_LOCATION_TYPE_DEVICE;
+    prop.location.id = x->dev;
+    fa_cu_handle h = 0;
+    uint64_t t0 = now_ns();
+    int r = x->drv->cuMemCreate(&h, bytes, &prop, 0);
+    vm_call_done(x->d, t0);
+    if (r == 0) {
+        *handle = h;
+        ST_ADD(x->d, pieces_created, 1);
+    }
+    return r;
+}
+
+static int vm_release(void *c, uint64_t handle)
+{
+    vmctx *x = c;
+    uint64_t t0 = now_ns();
+    int r = x->drv->cuMemRelease((fa_cu_handle)handle);
+    vm_call_done(x->d, t0);
+    return r;
+}
+
+static int vm_map(void *c, uintptr_t addr, size_t bytes, uint64_t handle)
+{
+    vmctx *x = c;
+    uint64_t t0 = now_ns();
+    int r = x->drv->cuMemMap((fa_cu_ptr)addr, bytes, 0, (fa_cu_handle)handle, 0);
+    vm_call_done(x->d, t0);
+    return r;
+}
+
+static int vm_unmap(void *c, uintptr_t addr, size_t bytes)
+{
+    vmctx *x = c;
+    uint64_t t0 = now_ns();
+    int r = x->drv->cuMemUnmap((fa_cu_ptr)addr, bytes);
+    vm_call_done(x->d, t0);
+    return r;
+}
+
+/* cudaDeviceEnablePeerAccess does not reach mapped pieces: every device
+ * the program enabled is named here, with the owner. */
+static int vm_set_access(void *c, uintptr_t addr, size_t bytes)
+{
+    vmctx *x = c;
+    fa_cu_access_desc desc[FA_MAX_DEVICES];
+    unsigned mask = (1u << x->dev) | __atomic_load_n(&x->d->peers, __ATOMIC_ACQUIRE);
+    size_t n = 0;
+    for (int p = 0; p < FA_MAX_DEVICES; p++) {
+        if (!((mask >> p) & 1))
+            continue;
+        memset(&desc[n], 0, sizeof desc[n]);
+        desc[n].location.type = FA_CU_LOCATION_TYPE_DEVICE;
+        desc[n].location.id = p;
+        desc[n].flags = FA_CU_ACCESS_READWRITE;
+        n++;
+    }
+    uint64_t t0 = now_ns();
+    int r = x->drv->cuMemSetAccess((fa_cu_ptr)addr, bytes, desc, n);
+    vm_call_done(x->d, t0);
+    return r;
+}
+
+static const fa_vm_driver vm_driver = {vm_create, vm_release, vm_map, vm_unmap, vm_set_access};
+
+/* Driver calls need the device's context current on the calling thread:
+ * cudaSetDevice makes it so (once per thread and device). */
+static __thread unsigned bound_devices;
+static void bind_device(const fa_cudart *rt, int dev)
+{
+    if ((bound_devices >> dev) & 1 || !rt->cudaSetDevice)
+        return;
+    bool clear = error_clear(rt);
+    if (rt->cudaSetDevice(dev) == 0)
+        bound_devices |= 1u << dev;
+    else
+        absorb(rt, clear);
+}
+
+/* Reserve the address space of device dev's piece pool: false (and one
+ * info line) where the driver cannot, and the chunk pool serves. */
+static bool vm_reserve(const fa_cudart *rt, devstate *d, int dev)
+{
+    const char *why = NULL;
+    const fa_cudrv *drv = NULL;
+    int supported = 0;
+    size_t gran = 0, f = 0, t = 0;
+    fa_cu_ptr base = 0;
+    fa_cu_alloc_prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = FA_CU_ALLOCATION_TYPE_PINNED;
+    prop.location.type = FA_CU_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    bool clear = error_clear(rt);
+    if (!fa_opt_u64(FA_OPT_DEVICE_VMM))
+        why = "FORGEALLOC_DEVICE_VMM=0";
+    else if (!rt->cudaMemGetInfo || rt->cudaMemGetInfo(&f, &t) != 0) /* also makes the context current */
+        why = "cudaMemGetInfo failed";
+    else if (!(drv = fa_cudrv_get(rt)))
+        why = "the runtime gives no driver entry points for cuMemCreate and friends";
+    else if (drv->cuDeviceGetAttribute(&supported, FA_CU_ATTR_VMM_SUPPORTED, dev) != 0 || supported != 1)
+        why = "the device reports no virtual-memory management support";
+    else if (drv->cuMemGetAllocationGranularity(&gran, &prop, FA_CU_GRANULARITY_MINIMUM) != 0 || !gran ||
+             FA_VM_GRANULE % gran != 0)
+        why = "the allocation granularity does not divide 2 MiB";
+    else if (drv->cuMemAddressReserve(&base, 2 * fa_vm_zone_for(t), FA_VM_GRANULE, 0, 0) != 0)
+        why = "no address space could be reserved";
+    else if (!fa_vm_init(&d->vm, (uintptr_t)base, fa_vm_zone_for(t))) {
+        drv->cuMemAddressFree(base, 2 * fa_vm_zone_for(t));
+        why = "no memory for the pool's tables";
+    }
+    if (why) {
+        absorb(rt, clear);
+        fa_info("device %d: chunk pool, not physical pieces: %s", dev, why);
+        return false;
+    }
+    bound_devices |= 1u << dev;
+    fa_info("device %d: pool of 2 MiB physical pieces in %zu GiB of reserved address space", dev,
+            (size_t)(d->vm.zone >> 29));
+    return true;
+}
+
+/* Pre: d->lock held, d a ready piece pool.  One try at n bytes: calls says
+ * whether driver calls are allowed (growing included). */
+static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
+{
+    vmctx x = {fa_cudrv_get(fa_cudart_get()), d, dev};
+    uintptr_t a = 0;
+    unsigned created = 0;
+    uint64_t stolen = d->vm.stolen;
+    fa_vm_result r = fa_vm_alloc(&d->vm, n, calls, calls && x.drv ? &vm_driver : NULL, &x, &a, &created);
+    ST_ADD(d, pieces_reused, d->vm.stolen - stolen);
+    if (created && d->vm.mapped > d->target) {
+        ST_ADD(d, pieces_grown, created);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        d->last_grow_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+        if (!__atomic_exchange_n(&background_wanted, 1, __ATOMIC_ACQ_REL)) {
+            bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+            if (w)
+                w();
+        }
+    }
+    if (r != FA_VM_OK)
+        return false;
+    ST_ADD(d, allocs, 1);
+    ST_ADD(d, pool_allocs, 1);
+    *out = (void *)a;
+    return true;
+}
+
+/* Pre: d->lock held.  Release every idle piece (none can receive queued
+ * work: they passed the quarantine).  Returns how many went. */
+static uint32_t vm_release_idle(devstate *d, int dev, uint64_t keep, bool small_too)
+{
+    vmctx x = {fa_cudrv_get(fa_cudart_get()), d, dev};
+    return x.drv ? fa_vm_release_idle(&d->vm, keep, small_too, &vm_driver, &x) : 0;
+}
+
 /* ---- the pool's size ---------------------------------------------------------- */
 
 static size_t chunk_bytes(void)
@@ -231,22 +450,9 @@ static uint64_t pool_target(const fa_cudart *rt)
     return (uint64_t)((double)t * v->d / 100.0);
 }
 
-/* Reserve the pool of device `dev` if it is still untouched.  Driver calls
- * are made without the lock; meanwhile other threads use the driver. */
-static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
+/* Reserve the chunks of a chunk pool: false if none could be had. */
+static bool chunks_reserve(const fa_cudart *rt, devstate *d, int dev, uint64_t target)
 {
-    int st = __atomic_load_n(&d->state, __ATOMIC_ACQUIRE);
-    if (st == READY || st == PASSTHROUGH)
-        return;
-    pthread_mutex_lock(&lock);
-    if (d->state != UNTOUCHED || capturing()) { /* during a capture: try again later */
-        pthread_mutex_unlock(&lock);
-        return;
-    }
-    d->state = RESERVING;
-    pthread_mutex_unlock(&lock);
-
-    uint64_t target = blind() ? 0 : pool_target(rt);
     size_t chunk = chunk_bytes();
     while (chunk > target && chunk > (1u << 20))
         chunk >>= 1;
@@ -263,7 +469,7 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
         }
         n++;
     }
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&d->lock);
     fa_pool_init(&d->pool, chunk);
     d->target = (uint64_t)want * chunk;
     size_t added = 0;
@@ -273,22 +479,54 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
         else
             drv_free(rt, d, got[i]);
     }
-    __atomic_store_n(&d->state, added ? READY : PASSTHROUGH, __ATOMIC_RELEASE);
-    sync_stats(d);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&d->lock);
     free(got);
     if (want)
         fa_info("device %d: pool of %zu MiB in %zu chunks (%zu MiB wanted)", dev, added * (chunk >> 20), added,
                 want * (chunk >> 20));
+    return added > 0;
 }
 
-/* Reserve one more chunk when the pool gave some back earlier. */
+/* Set up the pool of device `dev` if it is still untouched.  Driver calls
+ * are made without the lock; meanwhile other threads use the driver. */
+static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
+{
+    int st = state_of(d);
+    if (st == READY || st == PASSTHROUGH)
+        return;
+    pthread_mutex_lock(&d->lock);
+    if (d->state != UNTOUCHED || capturing()) { /* during a capture: try again later */
+        pthread_mutex_unlock(&d->lock);
+        return;
+    }
+    d->state = RESERVING;
+    pthread_mutex_unlock(&d->lock);
+
+    uint64_t target = blind() ? 0 : pool_target(rt);
+    int kind = KIND_NONE;
+    if (target && vm_reserve(rt, d, dev))
+        kind = KIND_VMM;
+    else if (target && chunks_reserve(rt, d, dev, target))
+        kind = KIND_CHUNKS;
+    pthread_mutex_lock(&d->lock);
+    if (kind == KIND_VMM) {
+        d->target = target;
+        __atomic_store_n(&d->vm_bytes, 2 * d->vm.zone, __ATOMIC_RELEASE);
+        __atomic_store_n(&d->vm_base, d->vm.base, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&d->kind, kind, __ATOMIC_RELEASE);
+    __atomic_store_n(&d->state, kind != KIND_NONE ? READY : PASSTHROUGH, __ATOMIC_RELEASE);
+    sync_stats(d);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Reserve one more chunk when the chunk pool gave some back earlier. */
 static bool grow_pool(const fa_cudart *rt, devstate *d)
 {
-    pthread_mutex_lock(&lock);
-    bool may = d->state == READY && d->pool.bytes < d->target && !capturing();
+    pthread_mutex_lock(&d->lock);
+    bool may = d->state == READY && d->kind == KIND_CHUNKS && d->pool.bytes < d->target && !capturing();
     size_t chunk = d->pool.chunk_size;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&d->lock);
     if (!may)
         return false;
     void *p = NULL;
@@ -297,10 +535,10 @@ static bool grow_pool(const fa_cudart *rt, devstate *d)
         absorb(rt, clear);
         return false;
     }
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&d->lock);
     bool ok = d->state == READY && fa_pool_add_chunk(&d->pool, (uintptr_t)p);
     sync_stats(d);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&d->lock);
     if (!ok)
         drv_free(rt, d, p);
     return ok;
@@ -308,45 +546,57 @@ static bool grow_pool(const fa_cudart *rt, devstate *d)
 
 /* ---- allocation ------------------------------------------------------------------ */
 
-static bool pool_alloc(devstate *d, size_t n, void **out)
+/* Ready pool memory only: no driver call. */
+static bool pool_alloc(devstate *d, int dev, size_t n, void **out)
 {
     uintptr_t a;
-    pthread_mutex_lock(&lock);
-    bool ok = d->state == READY && fa_pool_alloc(&d->pool, n, &a);
-    if (ok) {
+    pthread_mutex_lock(&d->lock);
+    bool ok = false;
+    if (d->state == READY && d->kind == KIND_VMM) {
+        ok = vm_try(d, dev, n, false, out);
+    } else if (d->state == READY && d->kind == KIND_CHUNKS && fa_pool_alloc(&d->pool, n, &a)) {
         ST_ADD(d, allocs, 1);
         ST_ADD(d, pool_allocs, 1);
-        sync_stats(d);
         *out = (void *)a;
+        ok = true;
     }
-    pthread_mutex_unlock(&lock);
+    if (ok)
+        sync_stats(d);
+    pthread_mutex_unlock(&d->lock);
     return ok;
 }
 
-/* Synchronise device `dev` and free what was quarantined before.  False if
- * there was nothing to free, a capture is running, or the sync failed. */
 /* A device synchronisation is starting: if d has quarantined blocks, true
  * and *e, the epoch whose blocks it will make safe to reuse. */
 static bool epoch_begin(devstate *d, uint32_t *e)
 {
-    pthread_mutex_lock(&lock);
-    bool any = d->state == READY && d->pool.quarantined > 0;
-    if (any)
+    pthread_mutex_lock(&d->lock);
+    bool any = false;
+    if (d->state == READY && d->kind == KIND_VMM && d->vm.quarantined > 0) {
+        *e = fa_vm_sync_begin(&d->vm);
+        any = true;
+    } else if (d->state == READY && d->kind == KIND_CHUNKS && d->pool.quarantined > 0) {
         *e = fa_pool_sync_begin(&d->pool);
-    pthread_mutex_unlock(&lock);
+        any = true;
+    }
+    pthread_mutex_unlock(&d->lock);
     return any;
 }
 
 /* The synchronisation begun at epoch e succeeded: release its blocks. */
 static void epoch_end(devstate *d, uint32_t e)
 {
-    pthread_mutex_lock(&lock);
-    if (d->state == READY)
+    pthread_mutex_lock(&d->lock);
+    if (d->state == READY && d->kind == KIND_VMM)
+        fa_vm_sync_end(&d->vm, e);
+    else if (d->state == READY && d->kind == KIND_CHUNKS)
         fa_pool_sync_end(&d->pool, e);
     sync_stats(d);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&d->lock);
 }
 
+/* Synchronise device `dev` and free what was quarantined before.  False if
+ * there was nothing to free, a capture is running, or the sync failed. */
 static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
 {
     uint32_t e;
@@ -354,8 +604,10 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
         return false;
     bool clear = error_clear(rt);
     int cur = current_device(rt);
-    if (cur != dev && rt->cudaSetDevice)
-        rt->cudaSetDevice(dev);
+    if (cur != dev && (!rt->cudaSetDevice || rt->cudaSetDevice(dev) != 0)) {
+        absorb(rt, clear);
+        return false; /* the sync would wait for the wrong device */
+    }
     uint64_t t0 = now_ns();
     fa_cuda_error r = rt->cudaDeviceSynchronize();
     ST_ADD(d, driver_ns, now_ns() - t0);
@@ -370,9 +622,65 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
     return true;
 }
 
+/* The piece pool serves n bytes: ready memory, else idle pieces moved and
+ * new ones created (grow before waiting), else every idle piece released
+ * and created again (the driver ran short), else the same after a
+ * synchronisation.  False if none of that serves: the driver answers. */
+static bool vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void **out)
+{
+    for (int round = 0; round < 2; round++) {
+        bool calls = !capturing();
+        if (calls)
+            bind_device(rt, dev);
+        pthread_mutex_lock(&d->lock);
+        if (d->state != READY || d->kind != KIND_VMM) {
+            pthread_mutex_unlock(&d->lock);
+            return false;
+        }
+        bool ok = vm_try(d, dev, n, calls, out);
+        if (!ok && calls) {
+            /* A small block moves idle 2 MiB pieces itself; releasing them
+             * helps only a large one, or once freed blocks are back. */
+            uint32_t released = vm_release_idle(d, dev, 0, n >= FA_VM_LARGE_MIN || round == 1);
+            ST_ADD(d, pieces_released, released);
+            ok = released && vm_try(d, dev, n, calls, out);
+        }
+        bool quarantined = d->vm.quarantined > 0;
+        sync_stats(d);
+        pthread_mutex_unlock(&d->lock);
+        if (ok)
+            return true;
+        if (!calls || !quarantined || !sync_device(rt, d, dev))
+            return false;
+    }
+    return false;
+}
+
+/* Give something back to the driver that is short of memory: an idle
+ * chunk, or every idle piece.  False if there was nothing. */
+static bool give_back(const fa_cudart *rt, devstate *d, int dev)
+{
+    uintptr_t base;
+    pthread_mutex_lock(&d->lock);
+    bool chunk = false, any = false;
+    if (d->state == READY && d->kind == KIND_CHUNKS && fa_pool_take_idle_chunk(&d->pool, &base)) {
+        ST_ADD(d, chunks_returned, 1);
+        chunk = any = true;
+    } else if (d->state == READY && d->kind == KIND_VMM) {
+        uint32_t released = vm_release_idle(d, dev, 0, true);
+        ST_ADD(d, pieces_released, released);
+        any = released > 0;
+    }
+    sync_stats(d);
+    pthread_mutex_unlock(&d->lock);
+    if (chunk)
+        drv_free(rt, d, (void *)base);
+    return any;
+}
+
 /* The driver serves the request; if it is out of memory, the pool gives
- * back what it can (after a sync if freed blocks pin a chunk) and the
- * request is retried.  The last answer is the driver's. */
+ * back what it can (after a sync if freed blocks pin it) and the request
+ * is retried.  The last answer is the driver's. */
 static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, void **out, size_t n)
 {
     bool clear = error_clear(rt);
@@ -381,27 +689,22 @@ static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, voi
         r = drv_malloc(rt, d, out, n);
         if (r != FA_CUDA_ERROR_MEMORY_ALLOCATION || capturing())
             break;
-        if (sync_device(rt, d, dev) && pool_alloc(d, n, out)) {
+        if (sync_device(rt, d, dev) && pool_alloc(d, dev, n, out)) {
             absorb(rt, clear); /* served after all: no error remains */
             return 0;
         }
-        uintptr_t base;
-        pthread_mutex_lock(&lock);
-        bool got = d->state == READY && fa_pool_take_idle_chunk(&d->pool, &base);
-        if (got) {
-            ST_ADD(d, chunks_returned, 1);
-            sync_stats(d);
-        }
-        pthread_mutex_unlock(&lock);
-        if (!got)
+        if (!give_back(rt, d, dev))
             break;
-        drv_free(rt, d, (void *)base);
         absorb(rt, clear); /* the error we are retrying past */
     }
-    pthread_mutex_lock(&lock);
     if (r == 0 && *out) {
+        pthread_mutex_lock(&map_lock);
         if (!fa_ptrmap_put(&fallback, (uintptr_t)*out, dev, n))
             fa_debug("no memory to track a driver allocation; its cudaFree will not be counted");
+        pthread_mutex_unlock(&map_lock);
+    }
+    pthread_mutex_lock(&d->lock);
+    if (r == 0 && *out) {
         d->fallback_bytes += n;
         ST_ADD(d, allocs, 1);
         ST_ADD(d, fallback_allocs, 1);
@@ -409,7 +712,7 @@ static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, voi
     } else if (r != 0) {
         ST_ADD(d, failed_allocs, 1);
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&d->lock);
     return r;
 }
 
@@ -422,15 +725,51 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
     if (!out || dev < 0)
         return rt->cudaMalloc(out, n); /* nothing we could do better: the driver answers */
     devstate *d = &devs[dev];
-    __atomic_store_n(&d->used, 1, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&d->used, __ATOMIC_RELAXED))
+        __atomic_store_n(&d->used, 1, __ATOMIC_RELAXED);
     if (n > 0) {
         ensure_pool(rt, d, dev);
-        if (n <= __atomic_load_n(&d->pool.chunk_size, __ATOMIC_ACQUIRE) &&
-            (pool_alloc(d, n, out) || (sync_device(rt, d, dev) && pool_alloc(d, n, out)) ||
-             (grow_pool(rt, d) && pool_alloc(d, n, out))))
+        int kind = state_of(d) == READY ? kind_of(d) : KIND_NONE;
+        if (kind == KIND_VMM && vm_alloc(rt, d, dev, n, out))
+            return 0;
+        if (kind == KIND_CHUNKS && n <= __atomic_load_n(&d->pool.chunk_size, __ATOMIC_ACQUIRE) &&
+            (pool_alloc(d, dev, n, out) || (sync_device(rt, d, dev) && pool_alloc(d, dev, n, out)) ||
+             (grow_pool(rt, d) && pool_alloc(d, dev, n, out))))
             return 0;
     }
     return driver_alloc(rt, d, dev, out, n);
+}
+
+/* Quarantine p if a pool owns it: FA_VM_FREED / FA_VM_BAD_POINTER, or
+ * FA_VM_NOT_OURS. */
+static int pool_free(uintptr_t p)
+{
+    for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
+        devstate *d = &devs[dev];
+        if (state_of(d) != READY)
+            continue;
+        int kind = kind_of(d);
+        if (kind == KIND_VMM && p - __atomic_load_n(&d->vm_base, __ATOMIC_ACQUIRE) >=
+                                    __atomic_load_n(&d->vm_bytes, __ATOMIC_ACQUIRE))
+            continue; /* a range check, no lock: cudaFree costs the same with many devices */
+        size_t taken, requested;
+        int res = FA_VM_NOT_OURS;
+        pthread_mutex_lock(&d->lock);
+        if (d->state == READY && d->kind == KIND_VMM)
+            res = fa_vm_free(&d->vm, p, &taken, &requested);
+        else if (d->state == READY && d->kind == KIND_CHUNKS) {
+            fa_pool_free_result c = fa_pool_free(&d->pool, p, &taken, &requested);
+            res = c == FA_POOL_FREED ? FA_VM_FREED : c == FA_POOL_NOT_OURS ? FA_VM_NOT_OURS : FA_VM_BAD_POINTER;
+        }
+        if (res == FA_VM_FREED) {
+            ST_ADD(d, frees, 1);
+            sync_stats(d);
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (res != FA_VM_NOT_OURS)
+            return res;
+    }
+    return FA_VM_NOT_OURS;
 }
 
 fa_cuda_error fa_device_free(void *p)
@@ -440,41 +779,31 @@ fa_cuda_error fa_device_free(void *p)
         return FA_CUDA_ERROR_INITIALIZATION;
     if (!p)
         return rt->cudaFree(p); /* cudaFree(NULL) creates the context: the driver's business */
-    pthread_mutex_lock(&lock);
-    for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
-        devstate *d = &devs[dev];
-        if (d->state != READY)
-            continue;
-        size_t taken, requested;
-        fa_pool_free_result res = fa_pool_free(&d->pool, (uintptr_t)p, &taken, &requested);
-        if (res == FA_POOL_NOT_OURS)
-            continue;
-        if (res == FA_POOL_FREED) {
-            ST_ADD(d, frees, 1);
-            sync_stats(d);
-        }
-        pthread_mutex_unlock(&lock);
-        /* Inside a chunk but not a live block (double free, interior
-         * pointer): the driver must never see it, it would free the chunk. */
-        return res == FA_POOL_FREED ? 0 : FA_CUDA_ERROR_INVALID_VALUE;
-    }
+    int res = pool_free((uintptr_t)p);
+    /* Inside the pool but not a live block (double free, interior pointer):
+     * the driver must never see it, it would free a chunk or refuse. */
+    if (res != FA_VM_NOT_OURS)
+        return res == FA_VM_FREED ? 0 : FA_CUDA_ERROR_INVALID_VALUE;
     int dev;
     size_t size;
+    pthread_mutex_lock(&map_lock);
     bool ours = fa_ptrmap_take(&fallback, (uintptr_t)p, &dev, &size);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&map_lock);
     if (!ours)
         return rt->cudaFree(p); /* not from cudaMalloc through us: unchanged */
     devstate *d = &devs[dev];
     fa_cuda_error r = drv_free(rt, d, p);
-    pthread_mutex_lock(&lock);
-    if (r == 0) {
-        d->fallback_bytes -= size;
-        ST_ADD(d, frees, 1);
-        sync_stats(d);
-    } else {
+    if (r != 0) {
+        pthread_mutex_lock(&map_lock);
         fa_ptrmap_put(&fallback, (uintptr_t)p, dev, size);
+        pthread_mutex_unlock(&map_lock);
+        return r;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&d->lock);
+    d->fallback_bytes -= size;
+    ST_ADD(d, frees, 1);
+    sync_stats(d);
+    pthread_mutex_unlock(&d->lock);
     return r;
 }
 
@@ -486,9 +815,14 @@ fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b)
     fa_cuda_error r = rt->cudaMemGetInfo(free_b, total_b);
     int dev = r == 0 && free_b && total_b ? current_device(rt) : -1;
     if (dev >= 0) {
-        pthread_mutex_lock(&lock);
-        uint64_t idle = devs[dev].state == READY ? fa_pool_idle(&devs[dev].pool) : 0;
-        pthread_mutex_unlock(&lock);
+        devstate *d = &devs[dev];
+        uint64_t idle = 0;
+        pthread_mutex_lock(&d->lock);
+        if (d->state == READY && d->kind == KIND_VMM)
+            idle = d->vm.idle + d->vm.quarantined; /* whole idle pieces, and what a sync frees */
+        else if (d->state == READY && d->kind == KIND_CHUNKS)
+            idle = fa_pool_idle(&d->pool);
+        pthread_mutex_unlock(&d->lock);
         uint64_t f = (uint64_t)*free_b + idle;
         *free_b = (size_t)(f > *total_b ? *total_b : f);
     }
@@ -502,15 +836,30 @@ fa_cuda_error fa_device_reset(void)
         return FA_CUDA_ERROR_INITIALIZATION;
     int dev = current_device(rt);
     if (dev >= 0) {
-        /* The reset frees every allocation of the device, chunks included. */
+        /* The reset frees every allocation of the device: the pool lets go
+         * of its pieces and address space first, chunks go with the reset. */
         devstate *d = &devs[dev];
-        pthread_mutex_lock(&lock);
-        fa_pool_clear(&d->pool);
-        fa_ptrmap_drop_device(&fallback, dev);
+        pthread_mutex_lock(&d->lock);
+        if (d->state == READY && d->kind == KIND_VMM) {
+            vmctx x = {fa_cudrv_get(rt), d, dev};
+            if (x.drv) {
+                fa_vm_release_all(&d->vm, &vm_driver, &x);
+                x.drv->cuMemAddressFree((fa_cu_ptr)d->vm.base, 2 * d->vm.zone);
+            }
+            fa_vm_destroy(&d->vm);
+            __atomic_store_n(&d->vm_base, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&d->vm_bytes, 0, __ATOMIC_RELEASE);
+        } else if (d->kind == KIND_CHUNKS) {
+            fa_pool_clear(&d->pool);
+        }
         d->fallback_bytes = 0;
+        __atomic_store_n(&d->kind, KIND_NONE, __ATOMIC_RELEASE);
         __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
         sync_stats(d);
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&d->lock);
+        pthread_mutex_lock(&map_lock);
+        fa_ptrmap_drop_device(&fallback, dev);
+        pthread_mutex_unlock(&map_lock);
     }
     return rt->cudaDeviceReset();
 }
@@ -536,18 +885,94 @@ fa_cuda_error fa_device_ipc_get_handle(fa_cuda_ipc_handle *h, void *p)
     if (!rt->cudaIpcGetMemHandle)
         return FA_CUDA_ERROR_INITIALIZATION;
     bool pooled = false;
-    pthread_mutex_lock(&lock);
-    for (int dev = 0; dev < FA_MAX_DEVICES && !pooled; dev++)
-        pooled = devs[dev].state == READY && fa_pool_owns(&devs[dev].pool, (uintptr_t)p);
-    pthread_mutex_unlock(&lock);
+    for (int dev = 0; dev < FA_MAX_DEVICES && !pooled; dev++) {
+        devstate *d = &devs[dev];
+        if (state_of(d) != READY)
+            continue;
+        pthread_mutex_lock(&d->lock);
+        pooled = d->state == READY && (d->kind == KIND_VMM ? fa_vm_contains(&d->vm, (uintptr_t)p)
+                                                           : fa_pool_owns(&d->pool, (uintptr_t)p));
+        pthread_mutex_unlock(&d->lock);
+    }
     if (!pooled)
         return rt->cudaIpcGetMemHandle(h, p);
     /* A handle names a whole driver allocation; the receiver would map our
-     * chunk, not this block. */
+     * chunk or nothing, not this block. */
     if (!__atomic_exchange_n(&warned_ipc, 1, __ATOMIC_RELAXED))
         fa_warn("cudaIpcGetMemHandle cannot share memory from the device pool between processes; set "
                 "FORGEALLOC_DEVICE_POOL_SIZE=0 for programs that do (e.g. torch.multiprocessing with CUDA tensors)");
     return FA_CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The current device may now access `peer`'s memory.  The driver grants
+ * that for cudaMalloc memory only: the peer's mapped pieces get it from
+ * cuMemSetAccess, now for those mapped and at mapping time for the rest. */
+fa_cuda_error fa_device_enable_peer_access(int peer, unsigned flags)
+{
+    const fa_cudart *rt = runtime("cudaDeviceEnablePeerAccess");
+    if (!rt->cudaDeviceEnablePeerAccess)
+        return FA_CUDA_ERROR_INITIALIZATION;
+    fa_cuda_error r = rt->cudaDeviceEnablePeerAccess(peer, flags);
+    int cur = current_device(rt);
+    if ((r != 0 && r != FA_CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) || cur < 0 || peer < 0 || peer >= FA_MAX_DEVICES)
+        return r;
+    devstate *d = &devs[peer];
+    unsigned bit = 1u << cur;
+    if (__atomic_fetch_or(&d->peers, bit, __ATOMIC_ACQ_REL) & bit)
+        return r;
+    pthread_mutex_lock(&d->lock);
+    if (d->state == READY && d->kind == KIND_VMM) {
+        vmctx x = {fa_cudrv_get(rt), d, peer};
+        if (x.drv && fa_vm_grant_all(&d->vm, &vm_driver, &x))
+            fa_warn("device %d: access to the pool's memory could not be granted to device %d; blocks may fault "
+                    "there; set FORGEALLOC_DEVICE_VMM=0 to use the chunk pool",
+                    peer, cur);
+    }
+    pthread_mutex_unlock(&d->lock);
+    return r;
+}
+
+/* ---- giving back what was grown ----------------------------------------------------- */
+
+bool fa_device_background_wanted(void) { return __atomic_load_n(&background_wanted, __ATOMIC_ACQUIRE); }
+
+void fa_device_background(uint64_t now_ms)
+{
+    if (!__atomic_exchange_n(&background_wanted, 0, __ATOMIC_ACQ_REL))
+        return;
+    const fa_cudart *rt = fa_cudart_get();
+    bool again = false;
+    int cur = -1;
+    for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
+        devstate *d = &devs[dev];
+        if (state_of(d) != READY || kind_of(d) != KIND_VMM)
+            continue;
+        for (int round = 0; round < 2; round++) {
+            pthread_mutex_lock(&d->lock);
+            bool excess = d->state == READY && d->kind == KIND_VMM && d->vm.mapped > d->target;
+            bool waiting = excess && now_ms < d->last_grow_ms + IDLE_SPELL_MS;
+            if (excess && !waiting) {
+                /* The driver calls need the device's context on this thread. */
+                if (cur < 0)
+                    cur = current_device(rt);
+                bool clear = error_clear(rt);
+                if (rt->cudaSetDevice && rt->cudaSetDevice(dev) != 0)
+                    absorb(rt, clear);
+                ST_ADD(d, pieces_given_back, vm_release_idle(d, dev, d->target, true));
+                sync_stats(d);
+            }
+            bool sync = excess && !waiting && d->vm.mapped > d->target && d->vm.quarantined > 0;
+            again |= waiting || (excess && d->vm.mapped > d->target && !sync);
+            pthread_mutex_unlock(&d->lock);
+            /* Freed blocks keep their pieces until the device caught up. */
+            if (!sync || round == 1 || !sync_device(rt, d, dev))
+                break;
+        }
+    }
+    if (cur >= 0 && rt->cudaSetDevice)
+        rt->cudaSetDevice(cur); /* the thread's device as it was */
+    if (again)
+        __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
 }
 
 /* ---- pass-through and capture tracking ------------------------------------------------ */
@@ -598,22 +1023,49 @@ void fa_device_fill(struct fa_snapshot *s)
     }
 }
 
-void fa_device_fork_prepare(void) { pthread_mutex_lock(&lock); }
+/* Only where CUDA was used: other processes keep fork as cheap as before. */
+static bool fork_locks;
 
-void fa_device_fork_parent(void) { pthread_mutex_unlock(&lock); }
+void fa_device_fork_prepare(void)
+{
+    fork_locks = __atomic_load_n(&cuda_seen, __ATOMIC_RELAXED);
+    if (!fork_locks)
+        return;
+    for (int dev = 0; dev < FA_MAX_DEVICES; dev++)
+        pthread_mutex_lock(&devs[dev].lock);
+    pthread_mutex_lock(&map_lock);
+}
+
+void fa_device_fork_parent(void)
+{
+    if (!fork_locks)
+        return;
+    pthread_mutex_unlock(&map_lock);
+    for (int dev = FA_MAX_DEVICES - 1; dev >= 0; dev--)
+        pthread_mutex_unlock(&devs[dev].lock);
+}
 
 void fa_device_fork_child(void)
 {
     /* CUDA contexts do not survive fork: the child starts with no pools
      * and counts its own calls. */
-    pthread_mutex_init(&lock, NULL);
+    if (!fork_locks)
+        return;
+    pthread_mutex_init(&map_lock, NULL);
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
         devstate *d = &devs[dev];
+        pthread_mutex_init(&d->lock, NULL);
         if (!d->used && d->state == UNTOUCHED)
-            continue; /* never touched: nothing to reset (and no page to fault in) */
-        fa_pool_clear(&d->pool);
+            continue;
+        if (d->kind == KIND_VMM)
+            fa_vm_destroy(&d->vm); /* host tables only: the mappings were the parent's context's */
+        else
+            fa_pool_clear(&d->pool);
         d->state = UNTOUCHED;
-        d->target = d->fallback_bytes = 0;
+        d->kind = KIND_NONE;
+        d->vm_base = d->vm_bytes = 0;
+        d->target = d->fallback_bytes = d->last_grow_ms = 0;
+        d->peers = 0;
         d->used = 0;
         memset(&d->st, 0, sizeof d->st);
     }
@@ -621,4 +1073,5 @@ void fa_device_fork_child(void)
     memset(passthrough, 0, sizeof passthrough);
     captures = 0;
     cuda_seen = 0;
+    background_wanted = 0;
 }

@@ -4,6 +4,9 @@
 #ifndef FA_DEVICE_H
 #define FA_DEVICE_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "../stats/snapshot.h"
 #include "cuda_abi.h"
 
@@ -15,6 +18,20 @@ fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b);
 fa_cuda_error fa_device_reset(void);
 fa_cuda_error fa_device_synchronize(void);
 fa_cuda_error fa_device_ipc_get_handle(fa_cuda_ipc_handle *h, void *p);
+fa_cuda_error fa_device_enable_peer_access(int peer, unsigned flags);
+
+/* Giving back what a piece pool grew beyond FORGEALLOC_DEVICE_POOL_SIZE,
+ * from the process's background thread.  wanted: true while some pool may
+ * have something to give back (an atomic load: call it every period).
+ * fa_device_background(now_ms), now_ms from CLOCK_MONOTONIC in ms: pieces
+ * idle beyond the pool's size go back once no growth happened for 10 s,
+ * after a device synchronisation if freed blocks still hold them.  Takes
+ * the device locks itself; the caller holds none of ours and is not a
+ * signal handler.  Cheap when there is nothing to do. */
+bool fa_device_background_wanted(void);
+void fa_device_background(uint64_t now_ms);
+/* `wake` starts or wakes the background thread when a pool grew. */
+void fa_device_set_waker(bool (*wake)(void));
 
 /* Calls counted and passed through unchanged. */
 void fa_device_count(enum fa_cuda_pt which);

@@ -17,6 +17,12 @@ FA_EXPORT fa_cuda_error cudaMemGetInfo(size_t *free_b, size_t *total_b) { return
 FA_EXPORT fa_cuda_error cudaDeviceReset(void) { return fa_device_reset(); }
 FA_EXPORT fa_cuda_error cudaDeviceSynchronize(void) { return fa_device_synchronize(); }
 FA_EXPORT fa_cuda_error cudaIpcGetMemHandle(fa_cuda_ipc_handle *h, void *p) { return fa_device_ipc_get_handle(h, p); }
+/* Peer access granted by the driver does not reach memory mapped with
+ * cuMemMap: the pool grants it to its pieces too. */
+FA_EXPORT fa_cuda_error cudaDeviceEnablePeerAccess(int peer, unsigned flags)
+{
+    return fa_device_enable_peer_access(peer, flags);
+}
 
 /* Counted, then passed to the runtime unchanged. */
 #define FA_PASS(counter, name, params, args)                                  \

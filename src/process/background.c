@@ -1,7 +1,8 @@
 /* background.c - the one helper thread (background.h).
  *
  * The thread sleeps on a futex word until the earliest of: the release
- * policy's next tick, the next periodic dump; with neither due it sleeps
+ * policy's next tick, the next periodic dump, the device pools' next look
+ * at what they grew; with none due it sleeps
  * until woken.  Waking costs a system call only while it sleeps without a
  * deadline.  It holds no lock of ours while it calls into tcmalloc, so
  * tcmalloc's own fork handlers (which take every tcmalloc lock) never wait
@@ -21,6 +22,7 @@
 
 #include "../core/log.h"
 #include "../core/options.h"
+#include "../device/device.h"
 #include "../host/release.h"
 #include "../host/served.h"
 #include "../stats/report.h"
@@ -64,6 +66,15 @@ static void *thread_main(void *arg)
         __atomic_store_n(&working, 1, __ATOMIC_RELEASE);
         uint64_t now = mono_ms();
         uint64_t next = fa_release_tick(now);
+        if (fa_device_background_wanted()) {
+            /* A device pool grew beyond its size: give back after its idle
+             * spell; look again every second until it has. */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            fa_device_background((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
+            if (fa_device_background_wanted())
+                next = earliest(next, now + 1000);
+        }
         if (interval_ms) {
             if (now >= next_dump_ms) {
                 fa_report_configured("interval", false);
@@ -152,6 +163,7 @@ static void want_interval(void)
 void fa_background_start(void)
 {
     fa_release_set_waker(fa_background_wake);
+    fa_device_set_waker(fa_background_wake);
     /* The same tcmalloc serves malloc ahead of us (a start script preloaded
      * it first): no free reaches us, so the thread watches tcmalloc's own
      * numbers from the start and the release policy still holds. */

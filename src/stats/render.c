@@ -111,6 +111,8 @@ static void json_device(fa_buf *b, const fa_device_stats *d)
     fa_buf_putc(b, '{');
     json_key(b, "device", &first);
     fa_buf_i64(b, d->device);
+    json_key(b, "pool_type", &first); /* which pool serves: physical pieces, chunks, or none (pass-through) */
+    fa_buf_json_str(b, d->vmm ? "pieces" : d->pool_chunks || d->chunks_returned ? "chunks" : "none");
 #define FA_DEV_JSON(name, unit, doc) json_u64(b, #name, d->name, &first);
     FA_DEVICE_FIELDS(FA_DEV_JSON)
 #undef FA_DEV_JSON
@@ -345,6 +347,13 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
         const fa_device_stats *d = &s->dev[i];
         fa_buf_printf(b, "  device %d: pool ", d->device);
         fa_buf_bytes(b, d->pool_bytes);
+        if (d->vmm) {
+            fa_buf_str(b, " in ");
+            fa_buf_grouped(b, d->pieces_mapped);
+            fa_buf_str(b, " pieces (idle ");
+            fa_buf_bytes(b, d->idle_bytes);
+            fa_buf_str(b, ")");
+        }
         fa_buf_str(b, ", in use ");
         fa_buf_bytes(b, d->in_use_bytes);
         fa_buf_str(b, " (peak ");

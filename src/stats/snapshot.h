@@ -68,7 +68,18 @@ enum fa_release_reason {
     X(chunks_returned, "count", "pool chunks given back to the driver to satisfy a request")         \
     X(waste_bytes, "bytes", "pool bytes taken beyond what live allocations requested")               \
     X(peak_waste_bytes, "bytes", "highest waste_bytes")                                              \
-    X(requested_bytes, "bytes", "bytes requested by live pool allocations")
+    X(requested_bytes, "bytes", "bytes requested by live pool allocations")                        \
+    X(vmm, "bool", "1: the pool maps physical pieces into reserved address space; 0: chunks from cudaMalloc") \
+    X(pieces_mapped, "pieces", "physical pieces mapped in the pool (pool_bytes in all)")             \
+    X(pieces_idle, "pieces", "mapped pieces holding no live or quarantined block")                   \
+    X(idle_bytes, "bytes", "bytes of idle pieces: counted free by cudaMemGetInfo, given back first") \
+    X(pieces_created, "count", "physical pieces created (cuMemCreate)")                               \
+    X(pieces_reused, "count", "idle pieces moved to back other addresses instead of creating new ones") \
+    X(pieces_released, "count", "idle pieces released at once because the driver ran short")          \
+    X(pieces_grown, "count", "pieces created while the pool held FORGEALLOC_DEVICE_POOL_SIZE or more") \
+    X(pieces_given_back, "count", "pieces beyond FORGEALLOC_DEVICE_POOL_SIZE released after 10 s without growth") \
+    X(driver_vm_calls, "count", "cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap and cuMemRelease calls") \
+    X(largest_free_bytes, "bytes", "largest block the pool's address space could place now (piece pool)")
 
 typedef struct fa_device_stats {
     int device;

@@ -87,6 +87,7 @@ PROC_STARTS = (100, 500)
 DEVICE_PAIRS = (200_000, 1_000_000)  # cudaMalloc+cudaFree pairs per thread
 DEVICE_METRICS = (
     ("ns_per_pair", "ns/pair", 1),
+    ("ns_per_pair_synced", "ns/pair, sync per 64", 1),
     ("driver_calls_per_1000", "driver calls/1000", 1),
     ("syncs_per_1000", "syncs/1000", 1),
     ("waste_pct", "% waste", 1),
@@ -193,6 +194,20 @@ WORKLOADS = (
         env={"FAKECUDA_MEM": "8G"},
         allocators=("glibc", "forgealloc"),
         metrics=DEVICE_METRICS,
+    ),
+    # The pool's size as a dimension (the device as large as the pool): the
+    # per-pair cost should not follow it.
+    *(
+        Workload(
+            f"pool-1t-{size}",
+            f"cudaMalloc+cudaFree pairs, PyTorch segment sizes, 1 thread, {size} pool on a {size} device",
+            DEVICE_PROGRAM,
+            ("1", DEVICE_PAIRS),
+            env={"FAKECUDA_MEM": size, "FORGEALLOC_DEVICE_POOL_SIZE": size},
+            allocators=("forgealloc",),
+            metrics=DEVICE_METRICS,
+        )
+        for size in ("1G", "16G", "64G")
     ),
     Workload(
         "device-pool-2t",

@@ -39,6 +39,21 @@ static uint64_t stat_of(const char *key)
     return v;
 }
 
+/* The pool in use: pieces behind reserved address space, or chunks. */
+static bool vmm(void) { return stat_of("device.0.vmm") == 1; }
+/* What run.py asked the stand-in for (FAKECUDA_VMM unset: supported). */
+static bool vmm_expected(void)
+{
+    const char *e = getenv("FAKECUDA_VMM");
+    return !e || strcmp(e, "1") == 0;
+}
+
+static unsigned long vm_calls(void)
+{
+    return fakecuda_calls("cuMemCreate") + fakecuda_calls("cuMemMap") + fakecuda_calls("cuMemSetAccess") +
+           fakecuda_calls("cuMemUnmap") + fakecuda_calls("cuMemRelease");
+}
+
 /* PyTorch's protocol: before each cudaMalloc the last error must be clear. */
 static void *dmalloc(size_t n)
 {
@@ -146,15 +161,17 @@ static int churn(int threads, int ops)
      * runtime received. */
     CHECK(stat_of("device.0.driver_malloc_calls") == mallocs);
     CHECK(stat_of("device.0.driver_free_calls") == frees);
+    CHECK(stat_of("device.0.driver_vm_calls") == vm_calls());
     CHECK(stat_of("device.0.device_syncs") == syncs);
     CHECK(stat_of("device.0.allocs") == stat_of("device.0.pool_allocs") + stat_of("device.0.fallback_allocs"));
     CHECK(stat_of("device.0.allocs") == stat_of("device.0.frees"));
     CHECK(stat_of("device.0.in_use_bytes") == 0);
-    printf("client_calls %llu driver_malloc %llu driver_free %llu syncs %llu per_1000 %.2f peak_waste %llu "
-           "requested_peak %llu\n",
+    printf("client_calls %llu driver_malloc %llu driver_free %llu syncs %llu per_1000 %.2f vm_per_1000 %.2f "
+           "peak_waste %llu requested_peak %llu vmm %d\n",
            (unsigned long long)calls, (unsigned long long)mallocs, (unsigned long long)frees, (unsigned long long)syncs,
-           1000.0 * (double)(mallocs + frees) / (double)calls, (unsigned long long)stat_of("device.0.peak_waste_bytes"),
-           (unsigned long long)stat_of("device.0.peak_in_use_bytes"));
+           1000.0 * (double)(mallocs + frees) / (double)calls, 1000.0 * (double)vm_calls() / (double)calls,
+           (unsigned long long)stat_of("device.0.peak_waste_bytes"),
+           (unsigned long long)stat_of("device.0.peak_in_use_bytes"), (int)vmm());
     return failures;
 }
 
@@ -205,8 +222,44 @@ static int hazard(void)
 
 /* ---- out of memory ------------------------------------------------------------------ */
 
+/* Run with FAKECUDA_MEM=1G and a 512 MiB pool of 2 MiB pieces: the pool
+ * creates what it uses, and gives idle pieces back when the driver runs
+ * short, after a sync when freed blocks hold them. */
+static int oom_vmm(void)
+{
+    void *small = dmalloc(MiB);
+    void *q = dmalloc(60 * MiB);
+    CHECK(stat_of("device.0.pool_bytes") == 62 * MiB);
+    CHECK(cudaFree(q) == cudaSuccess); /* quarantined: its pieces stay until a sync */
+    void *big = dmalloc(950 * MiB);    /* a piece of its own, from what the driver has left */
+    CHECK(big != NULL && stat_of("device.0.pool_allocs") == 3);
+    CHECK(stat_of("device.0.device_syncs") == 0);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    /* Beyond the device: the pool syncs, gives every idle piece back, and
+     * still cannot: exactly the driver's error, and the driver's last error. */
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 100 * MiB) == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(stat_of("device.0.failed_allocs") == 1);
+    CHECK(stat_of("device.0.device_syncs") == 1);
+    CHECK(stat_of("device.0.pieces_released") == 30); /* q's pieces, once the device caught up */
+    CHECK(stat_of("device.0.pool_bytes") == 952 * MiB);
+    CHECK(fakecuda_pieces(0) == 952 * MiB);
+    /* What is left serves. */
+    void *s2 = dmalloc(8 * MiB);
+    CHECK(s2 != NULL && stat_of("device.0.pool_allocs") == 4);
+    CHECK(cudaFree(big) == cudaSuccess && cudaFree(small) == cudaSuccess && cudaFree(s2) == cudaSuccess);
+    void *again1 = dmalloc(60 * MiB), *again2 = dmalloc(60 * MiB);
+    CHECK(again1 && again2 && stat_of("device.0.pool_allocs") == 6 && stat_of("device.0.fallback_allocs") == 0);
+    CHECK(cudaFree(again1) == cudaSuccess && cudaFree(again2) == cudaSuccess);
+    return failures;
+}
+
 static int oom(void)
 {
+    if (vmm_expected())
+        return oom_vmm();
     /* Run with FAKECUDA_MEM=1G and a 512 MiB pool of 64 MiB chunks. */
     void *small = dmalloc(MiB); /* reserves the pool: 512 MiB of 1 GiB; lands in the first chunk */
     CHECK(stat_of("device.0.pool_bytes") == 512 * MiB);
@@ -318,8 +371,8 @@ static int errors(void)
     /* IPC: pooled memory refuses with one line; driver memory works. */
     cudaIpcMemHandle_t h;
     CHECK(cudaIpcGetMemHandle(&h, b) == cudaErrorInvalidValue);
-    void *large = dmalloc(100 * MiB); /* larger than a chunk: the driver's */
-    CHECK(cudaIpcGetMemHandle(&h, large) == cudaSuccess);
+    void *large = dmalloc(100 * MiB); /* larger than a chunk: the driver's; a piece of the pool's otherwise */
+    CHECK(cudaIpcGetMemHandle(&h, large) == (vmm() ? cudaErrorInvalidValue : cudaSuccess));
     CHECK(cudaFree(large) == cudaSuccess);
     CHECK(cudaFree(b) == cudaSuccess);
     return failures;
@@ -415,6 +468,175 @@ static int blind_nomalloc(const char *calls, const char *assign)
     return failures;
 }
 
+/* ---- fragmentation pins nothing (pieces pool) ----------------------------------------------------- */
+
+/* Largest multiple of 2 MiB that cudaMalloc gives now (binary search). */
+static size_t largest_fit(size_t total)
+{
+    size_t lo = 0, hi = total / (2 * MiB);
+    while (lo < hi) {
+        size_t mid = (lo + hi + 1) / 2;
+        void *p = NULL;
+        if (cudaMalloc(&p, mid * 2 * MiB) == cudaSuccess) {
+            CHECK(cudaFree(p) == cudaSuccess);
+            lo = mid;
+        } else {
+            CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+            hi = mid - 1;
+        }
+    }
+    return lo * 2 * MiB;
+}
+
+/* Fill the device with 2 MiB blocks, keep one in 32, free the rest: the
+ * largest block that then fits is what the driver has free (a GPU pages
+ * its memory: natively that is the free byte count), within one piece,
+ * and cudaMemGetInfo says the same. */
+static int frag(void)
+{
+    size_t f0, total;
+    CHECK(cudaMemGetInfo(&f0, &total) == cudaSuccess);
+    size_t max = total / (2 * MiB) + 1, n = 0, kept = 0;
+    void **blocks = calloc(max, sizeof *blocks);
+    void *p = NULL;
+    while (n < max && cudaMalloc(&p, 2 * MiB) == cudaSuccess)
+        blocks[n++] = p;
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(n == total / (2 * MiB)); /* the pool can fill the device */
+    for (size_t i = 0; i < n; i++) {
+        if (i % 32)
+            CHECK(cudaFree(blocks[i]) == cudaSuccess);
+        else
+            kept++;
+    }
+    size_t native = total - kept * 2 * MiB;
+    size_t largest = largest_fit(total);
+    size_t f, t;
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    printf("total %zu kept %zu native_free %zu largest %zu meminfo_free %zu pool_bytes %llu\n", total, kept, native,
+           largest, f, (unsigned long long)stat_of("device.0.pool_bytes"));
+    CHECK(largest + 2 * MiB >= native && largest <= native);
+    CHECK(f <= largest + 2 * MiB && f + 2 * MiB >= largest); /* cudaMemGetInfo agrees */
+    CHECK(fakecuda_faults(0) == 0);
+    for (size_t i = 0; i < n; i += 32)
+        CHECK(cudaFree(blocks[i]) == cudaSuccess);
+    free(blocks);
+    return failures;
+}
+
+/* ---- memory given back under pressure receives no queued work ------------------------------------ */
+
+static int pressure(void)
+{
+    /* FAKECUDA_MEM=256M, a 64 MiB pool. */
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s) == cudaSuccess);
+    enum { N = 64 };
+    void *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = dmalloc(2 * MiB);
+        CHECK(fakecuda_enqueue_fill(s, b[i], 0xAA, 2 * MiB) == cudaSuccess);
+        CHECK(cudaFree(b[i]) == cudaSuccess); /* quarantined, work still queued */
+    }
+    CHECK(fakecuda_pending(0) == N);
+    CHECK(stat_of("device.0.device_syncs") == 0); /* grown, not waited */
+    unsigned char *big = dmalloc(200 * MiB); /* needs the quarantined pieces back from the driver */
+    CHECK(big != NULL);
+    CHECK(fakecuda_pending(0) == 0);  /* the pool waited for the work... */
+    CHECK(fakecuda_faults(0) == 0);   /* ...before unmapping what it touches */
+    CHECK(stat_of("device.0.device_syncs") == 1);
+    CHECK(stat_of("device.0.pieces_released") > 0);
+    CHECK(stat_of("device.0.fallback_allocs") == 0);
+    memset(big, 0x55, 200 * MiB);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    size_t bad = 0;
+    for (size_t i = 0; i < 200 * MiB; i += 4096)
+        bad += big[i] != 0x55;
+    CHECK(bad == 0);
+    CHECK(cudaFree(big) == cudaSuccess);
+    cudaStreamDestroy(s);
+    return failures;
+}
+
+/* ---- peer access reaches the pool ----------------------------------------------------------------- */
+
+static int peer(void)
+{
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned char *a = dmalloc(2 * MiB);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    cudaStream_t s; /* a stream of device 1 */
+    CHECK(cudaStreamCreate(&s) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fill(s, a, 1, 4096) == cudaErrorInvalidValue); /* no access yet */
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    CHECK(cudaDeviceEnablePeerAccess(0, 0) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fill(s, a, 7, 4096) == cudaSuccess); /* mapped before */
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned char *b = dmalloc(6 * MiB), *c = dmalloc(70 * MiB); /* mapped after */
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fill(s, b, 8, 6 * MiB) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fill(s, c, 9, 70 * MiB) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(a[0] == 7 && a[4095] == 7 && b[0] == 8 && b[6 * MiB - 1] == 8 && c[0] == 9 && c[70 * MiB - 1] == 9);
+    CHECK(fakecuda_faults(1) == 0);
+    CHECK(cudaDeviceEnablePeerAccess(0, 0) == cudaErrorPeerAccessAlreadyEnabled);
+    CHECK(cudaGetLastError() == cudaErrorPeerAccessAlreadyEnabled);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaFree(a) == cudaSuccess && cudaFree(b) == cudaSuccess && cudaFree(c) == cudaSuccess);
+    cudaStreamDestroy(s);
+    return failures;
+}
+
+/* ---- large blocks (pieces pool) -------------------------------------------------------------------- */
+
+static int large(void)
+{
+    void *a = dmalloc(300 * MiB); /* above the 64 MiB chunk of the chunk pool */
+    CHECK(fakecuda_calls("cuMemCreate") == 1); /* one piece of its own */
+    CHECK(stat_of("device.0.pool_allocs") == 1 && stat_of("device.0.fallback_allocs") == 0);
+    CHECK(cudaFree(a) == cudaSuccess);
+    CHECK(fakecuda_calls("cudaFree") == 0); /* no driver call, no sync */
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    unsigned long before = vm_calls();
+    void *b = dmalloc(300 * MiB);
+    CHECK(b == a && vm_calls() == before); /* the same piece again */
+    CHECK(cudaFree(b) == cudaSuccess);
+    return failures;
+}
+
+/* ---- growth given back by the background thread (pieces pool) ------------------------------------ */
+
+/* 48 blocks of 20 MiB on a 256 MiB pool: the pool grows instead of
+ * synchronising; all freed, then the program sits still: the process's
+ * background thread gives the growth back after the idle spell. */
+static int giveback(double wait_s)
+{
+    void *p[48];
+    for (int i = 0; i < 48; i++)
+        p[i] = dmalloc(20 * MiB);
+    CHECK(stat_of("device.0.device_syncs") == 0);
+    CHECK(stat_of("device.0.pool_bytes") > 256 * MiB);
+    for (int i = 0; i < 48; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* the frees leave the quarantine */
+    struct timespec ts = {(time_t)wait_s, (long)((wait_s - (double)(time_t)wait_s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    printf("pool_bytes %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    return failures;
+}
+
+/* ---- which pool serves ------------------------------------------------------------------------------ */
+
+static int kind(int want_vmm)
+{
+    void *a = dmalloc(MiB);
+    CHECK(stat_of("device.0.pool_allocs") == 1);
+    CHECK((int)stat_of("device.0.vmm") == want_vmm);
+    CHECK(cudaFree(a) == cudaSuccess);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -440,7 +662,20 @@ int main(int argc, char **argv)
         return blind() ? 1 : 0;
     if (strcmp(mode, "blind_nomalloc") == 0)
         return blind_nomalloc(argc > 2 ? argv[2] : "none", argc > 3 ? argv[3] : NULL) ? 1 : 0;
-    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|errors|capture|passthrough|blind\n"
+    if (strcmp(mode, "frag") == 0)
+        return frag() ? 1 : 0;
+    if (strcmp(mode, "pressure") == 0)
+        return pressure() ? 1 : 0;
+    if (strcmp(mode, "peer") == 0)
+        return peer() ? 1 : 0;
+    if (strcmp(mode, "large") == 0)
+        return large() ? 1 : 0;
+    if (strcmp(mode, "giveback") == 0)
+        return giveback(argc > 2 ? atof(argv[2]) : 15) ? 1 : 0;
+    if (strcmp(mode, "kind") == 0)
+        return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|errors|capture|passthrough|blind"
+                    "|frag|pressure|peer|large|kind|giveback [S]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;
 }

@@ -55,6 +55,7 @@ enum {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
+    cudaErrorPeerAccessAlreadyEnabled = 704,
     cudaErrorNotSupported = 801,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
@@ -150,7 +151,24 @@ enum {
     X(cudaStreamIsCapturing)                \
     X(cudaThreadExchangeStreamCaptureMode)  \
     X(cudaRuntimeGetVersion)                \
-    X(cudaDriverGetVersion)
+    X(cudaDriverGetVersion)                 \
+    X(cudaDeviceEnablePeerAccess)           \
+    X(cudaGetDriverEntryPoint)              \
+    X(cudaGetDriverEntryPointByVersion)
+
+/* The driver functions of the virtual-memory API the stand-in plays.  Like
+ * NVIDIA's they are not exported by libcudart: a program gets them from
+ * cudaGetDriverEntryPoint[ByVersion].  Counted by fakecuda_calls too. */
+#define FAKECUDA_DRIVER_FUNCS(X)            \
+    X(cuDeviceGetAttribute)                 \
+    X(cuMemGetAllocationGranularity)        \
+    X(cuMemAddressReserve)                  \
+    X(cuMemAddressFree)                     \
+    X(cuMemCreate)                          \
+    X(cuMemRelease)                         \
+    X(cuMemMap)                             \
+    X(cuMemUnmap)                           \
+    X(cuMemSetAccess)
 
 FAKECUDA_API cudaError_t cudaGetDeviceCount(int *count);
 FAKECUDA_API cudaError_t cudaGetDevice(int *device);
@@ -205,6 +223,11 @@ FAKECUDA_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream, int *pCaptur
 FAKECUDA_API cudaError_t cudaThreadExchangeStreamCaptureMode(fa_cuda_capture_mode *mode);
 FAKECUDA_API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
 FAKECUDA_API cudaError_t cudaDriverGetVersion(int *driverVersion);
+FAKECUDA_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
+FAKECUDA_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                                 fa_cuda_entry_status *driverStatus);
+FAKECUDA_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                          unsigned long long flags, fa_cuda_entry_status *driverStatus);
 
 /* ---- test hooks -------------------------------------------------------------
  * Not CUDA functions: they are neither counted nor traced.  Passing a device
@@ -242,6 +265,16 @@ FAKECUDA_API void fakecuda_set_capacity(int device, size_t bytes);
 
 /* Device owning the live device allocation that contains p, or -1. */
 FAKECUDA_API int fakecuda_device_of(const void *p);
+
+/* Queued operations of the device's streams that landed on memory the
+ * device could not reach any more (unmapped, or mapped without access for
+ * it): a real GPU raises an illegal-address fault there.  They write nothing. */
+FAKECUDA_API unsigned long fakecuda_faults(int device);
+
+/* Bytes of the device's physical pieces (cuMemCreate) not yet freed, and
+ * how many of those bytes are mapped somewhere. */
+FAKECUDA_API size_t fakecuda_pieces(int device);
+FAKECUDA_API size_t fakecuda_mapped(int device);
 
 /* The bytes of an IPC handle from cudaIpcGetMemHandle: this struct at the
  * start of the 64-byte handle, the rest zero. */

@@ -3,9 +3,12 @@
  *   with 512-byte first-fit placement within a capacity (FAKECUDA_MEM[_<n>]); per-thread current device, last error
  *   and capture mode; streams and events whose work (fills, copies, event records, async frees) is queued and lands
  *   only at synchronisation points, with the legacy stream's implicit ordering; stream capture and its invalidation
- *   by illegal calls; pointer attributes; IPC handles; fork (driver calls in the child fail, as in CUDA).
+ *   by illegal calls; pointer attributes; IPC handles; fork (driver calls in the child fail, as in CUDA); peer access
+ *   to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap, ...: see "virtual memory" below),
+ *   reached only through cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
+ *   FAKECUDA_VMM=noentry makes the entry points find nothing.
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
- *   when someone synchronises); graphs (captured work never runs); memory pools, peer access, cudaStreamWaitEvent,
+ *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
  *   event timing, sticky errors, per-thread default streams (they are the legacy stream), managed-memory migration.
  * Internal code never calls an exported function: a shim interposing one sees exactly the program's calls. */
 #define _GNU_SOURCE
@@ -40,6 +43,7 @@ struct op {
     size_t len;           /* OP_FILL, OP_COPY */
     unsigned char byte;   /* OP_FILL */
     struct alloc *target; /* OP_FREE */
+    int device;           /* the device of the stream it was queued on */
 };
 
 /* A stream: created ones are on g.streams; each device has a legacy stream
@@ -87,7 +91,39 @@ struct device {
     size_t used;           /* sum of the sizes of its allocations */
     struct alloc *allocs;  /* sorted by address */
     struct CUstream_st legacy;
+    unsigned peers;        /* bit p: cudaDeviceEnablePeerAccess(p) was called with this device current */
+    unsigned long faults;  /* queued work that landed on memory the device cannot reach */
 };
+
+/* The driver's virtual-memory API.  A physical piece (cuMemCreate) is only
+ * a size counted against the device's capacity; reserved address space
+ * (cuMemAddressReserve) is host address space mapped PROT_NONE; cuMemMap
+ * puts fresh host memory there, still PROT_NONE until cuMemSetAccess gives
+ * some device access (the host then reads and writes it, as tests do).
+ * cuMemUnmap puts PROT_NONE back and waits for nothing: queued work that
+ * lands there later is a fault (fakecuda_faults).  A piece's contents do
+ * not follow it to another address. */
+struct vm_piece {
+    struct vm_piece *next, *prev;
+    int device;
+    size_t size;
+    int maps;     /* mappings of it */
+    int released; /* cuMemRelease was called: freed when the last mapping goes */
+};
+struct vm_reservation {
+    struct vm_reservation *next;
+    char *base;
+    size_t size;
+    struct vm_mapping **gran; /* per granule: the mapping over it, or NULL */
+};
+struct vm_mapping {
+    struct vm_mapping *next, *prev;
+    char *va;
+    size_t size;
+    struct vm_piece *piece;
+    unsigned access; /* bit d: device d may read and write it */
+};
+#define FC_GRANULARITY ((size_t)2 << 20) /* what cuMemGetAllocationGranularity reports */
 
 static struct {
     pthread_mutex_t lock; /* guards everything here */
@@ -102,6 +138,10 @@ static struct {
     int captures;              /* streams between BeginCapture and EndCapture */
     int driver_used;           /* a function that needs the driver has been called */
     int forked_child;          /* forked after that: driver calls fail */
+    int vmm;                   /* 1 supported, 0 devices report no support, -1 no entry points */
+    struct vm_piece *pieces;
+    struct vm_reservation *reservations;
+    struct vm_mapping *mappings;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local int tl_device; /* current device */
@@ -112,13 +152,13 @@ static _Thread_local int tl_capture_mode; /* cudaStreamCaptureModeGlobal */
 /* Per-function call counters, indexed by FN_<name>. */
 enum fc_fn {
 #define X(name) FN_##name,
-    FAKECUDA_FUNCS(X)
+    FAKECUDA_FUNCS(X) FAKECUDA_DRIVER_FUNCS(X)
 #undef X
     FN_COUNT
 };
 static const char *const fn_names[FN_COUNT] = {
 #define X(name) #name,
-    FAKECUDA_FUNCS(X)
+    FAKECUDA_FUNCS(X) FAKECUDA_DRIVER_FUNCS(X)
 #undef X
 };
 static unsigned long fn_calls[FN_COUNT];
@@ -225,6 +265,15 @@ static void init_locked(void)
             g.ndev = (int)n;
         else
             say("fakecuda: ignoring FAKECUDA_DEVICES=%s (want 0..%d)", e, FC_MAX_DEVICES);
+    }
+    g.vmm = 1;
+    if ((e = getenv("FAKECUDA_VMM"))) {
+        if (strcmp(e, "0") == 0)
+            g.vmm = 0;
+        else if (strcmp(e, "noentry") == 0)
+            g.vmm = -1;
+        else if (strcmp(e, "1") != 0)
+            say("fakecuda: ignoring FAKECUDA_VMM=%s (want 1, 0 or noentry)", e);
     }
     size_t mem = FC_DEFAULT_MEM;
     if ((e = getenv("FAKECUDA_MEM")) && parse_size(e, &mem) != 0) {
@@ -426,13 +475,45 @@ static struct alloc *freeable_at(const void *p, int with_host)
     return a;
 }
 
+/* The reservation containing all of [p, p+n), or NULL. */
+static struct vm_reservation *reservation_of(const void *p, size_t n)
+{
+    for (struct vm_reservation *r = g.reservations; r; r = r->next) {
+        uintptr_t a = (uintptr_t)p, b = (uintptr_t)r->base;
+        if (a >= b && a - b < r->size && n <= r->size - (a - b))
+            return r;
+    }
+    return NULL;
+}
+
+/* The mapping containing p, or NULL. */
+static struct vm_mapping *mapping_at(const void *p)
+{
+    struct vm_reservation *r = reservation_of(p, 1);
+    return r ? r->gran[(size_t)((const char *)p - r->base) / FC_GRANULARITY] : NULL;
+}
+
+/* Is every byte of [p, p+n) mapped with access for device dev (-1: for
+ * some device)? */
+static int vm_reachable(const void *p, size_t n, int dev)
+{
+    const char *c = p, *end = (const char *)p + (n ? n : 1);
+    while (c < end) {
+        struct vm_mapping *m = mapping_at(c);
+        if (!m || !(dev < 0 ? m->access != 0 : (m->access >> dev) & 1))
+            return 0;
+        c = m->va + m->size;
+    }
+    return 1;
+}
+
 /* Can [p, p+n) be the device side of a copy or memset?  Device memory, or
  * host memory the runtime knows (pinned or managed). */
 static int device_side_ok(const void *p, size_t n)
 {
     if (!p)
         return 0;
-    if (region_of(p, n) >= 0)
+    if (region_of(p, n) >= 0 || vm_reachable(p, n, -1))
         return 1;
     struct alloc *a = host_alloc_at(p);
     return a && n <= a->size - (size_t)((const char *)p - a->addr);
@@ -463,8 +544,8 @@ static cudaError_t device_alloc(int dev, size_t n, enum alloc_kind kind, void **
         off = a_off + a->size;
         link = &a->next;
     }
-    if (off > limit || size > limit - off)
-        return cudaErrorMemoryAllocation;
+    if (off > limit || size > limit - off || size > d->capacity - (d->used < d->capacity ? d->used : d->capacity))
+        return cudaErrorMemoryAllocation; /* no gap, or the device's physical pieces use the rest */
 
     struct alloc *na = calloc(1, sizeof *na);
     if (!na)
@@ -581,6 +662,7 @@ static cudaError_t enqueue(struct CUstream_st *s, const struct op *tmpl, uint64_
         return cudaErrorMemoryAllocation;
     *o = *tmpl;
     o->next = NULL;
+    o->device = s->device;
     o->seq = ++g.last_seq;
     if (s->tail)
         s->tail->next = o;
@@ -593,6 +675,7 @@ static cudaError_t enqueue(struct CUstream_st *s, const struct op *tmpl, uint64_
 }
 
 static void land_stream(struct CUstream_st *s, uint64_t upto);
+static void vm_reset_device(int dev);
 
 /* Before an operation issued at seq on s runs, the real device finishes the
  * work it implicitly waits for: an operation on the legacy stream waits for
@@ -612,8 +695,21 @@ static void land_implicit_deps(struct CUstream_st *s, uint64_t seq)
     }
 }
 
+/* Work on reserved address space touches it only where it is mapped with
+ * access for the device when it lands: elsewhere it faults. */
+static int lands(const struct op *o, const void *p, size_t n)
+{
+    if (!reservation_of(p, 1) || vm_reachable(p, n, o->device))
+        return 1;
+    g.dev[o->device].faults++;
+    return 0;
+}
+
 static void apply(struct op *o)
 {
+    if ((o->kind == OP_FILL || o->kind == OP_COPY) &&
+        (!lands(o, o->dst, o->len) || (o->kind == OP_COPY && region_of(o->src, o->len) < 0 && !lands(o, o->src, o->len))))
+        return;
     switch (o->kind) {
     case OP_FILL:
         memset(o->dst, o->byte, o->len);
@@ -879,6 +975,7 @@ static cudaError_t do_device_reset(void)
         forget_frees_on(&g.dev[i].legacy, dev);
     while (d->allocs)
         release_alloc(d->allocs);
+    vm_reset_device(dev);
     if (d->base)
         madvise(d->base, d->mapped, MADV_DONTNEED);
     return cudaSuccess;
@@ -1277,11 +1374,338 @@ static cudaError_t do_enqueue_fill(cudaStream_t h, void *dst, int byte, size_t l
     cudaError_t rc = resolve_stream(h, &s);
     if (rc || !len)
         return rc;
-    if (region_of(dst, len) != s->device)
+    int owner = region_of(dst, len);
+    if (owner < 0 ? !vm_reachable(dst, len, s->device) : owner != s->device && !((g.dev[s->device].peers >> owner) & 1))
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FILL, .dst = dst, .byte = (unsigned char)byte, .len = len};
     uint64_t seq;
     return enqueue(s, &o, &seq);
+}
+
+/* ---- virtual memory (the driver API) ---------------------------------------------------
+ * CUresult values used: 0 CUDA_SUCCESS, 1 CUDA_ERROR_INVALID_VALUE, 2 CUDA_ERROR_OUT_OF_MEMORY,
+ * 3 CUDA_ERROR_NOT_INITIALIZED, 101 CUDA_ERROR_INVALID_DEVICE, 801 CUDA_ERROR_NOT_SUPPORTED. */
+
+enum { CU_OK = 0, CU_INVALID = 1, CU_OOM = 2, CU_INVALID_DEVICE = 101, CU_NOT_SUPPORTED = 801 };
+
+static int granular(size_t v) { return v % FC_GRANULARITY == 0; }
+
+static int prop_ok(const fa_cu_alloc_prop *p)
+{
+    return p && p->type == FA_CU_ALLOCATION_TYPE_PINNED && p->location.type == FA_CU_LOCATION_TYPE_DEVICE &&
+           p->location.id >= 0 && p->location.id < g.ndev;
+}
+
+static int vmm_ok(int dev) { return g.vmm == 1 && dev >= 0 && dev < g.ndev; }
+
+/* Live handles: an open-addressing set of piece addresses (0 empty, 1 deleted). */
+static uintptr_t *handle_set;
+static size_t handle_cap, handle_used;
+
+static size_t handle_slot(uintptr_t h) { return (size_t)((h >> 4) * 0x9E3779B97F4A7C15ull) & (handle_cap - 1); }
+
+static int handle_add(uintptr_t h)
+{
+    if ((handle_used + 1) * 2 > handle_cap) {
+        size_t cap = handle_cap ? handle_cap * 2 : 256;
+        uintptr_t *old = handle_set, *set = calloc(cap, sizeof *set);
+        if (!set)
+            return -1;
+        size_t old_cap = handle_cap;
+        handle_set = set, handle_cap = cap, handle_used = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i] > 1) {
+                size_t j = handle_slot(old[i]);
+                while (handle_set[j])
+                    j = (j + 1) & (cap - 1);
+                handle_set[j] = old[i];
+                handle_used++;
+            }
+        free(old);
+    }
+    size_t j = handle_slot(h);
+    while (handle_set[j] > 1)
+        j = (j + 1) & (handle_cap - 1);
+    if (!handle_set[j])
+        handle_used++;
+    handle_set[j] = h;
+    return 0;
+}
+
+static size_t handle_find(uintptr_t h)
+{
+    for (size_t j = handle_cap ? handle_slot(h) : 0; handle_cap && handle_set[j]; j = (j + 1) & (handle_cap - 1))
+        if (handle_set[j] == h)
+            return j;
+    return SIZE_MAX;
+}
+
+static void piece_free(struct vm_piece *pc)
+{
+    if (pc->prev)
+        pc->prev->next = pc->next;
+    else
+        g.pieces = pc->next;
+    if (pc->next)
+        pc->next->prev = pc->prev;
+    handle_set[handle_find((uintptr_t)pc)] = 1;
+    g.dev[pc->device].used -= pc->size;
+    free(pc);
+}
+
+static struct vm_piece *piece_find(fa_cu_handle h)
+{
+    return h > 1 && handle_find((uintptr_t)h) != SIZE_MAX ? (struct vm_piece *)(uintptr_t)h : NULL;
+}
+
+/* Fresh inaccessible address space at [va, va+n) (what unmapped reserved space is). */
+static void vm_blank(char *va, size_t n)
+{
+    mmap(va, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+/* The mappings that make up exactly [va, va+n), contiguous: their number,
+ * or -1 if the range is not a run of whole mappings. */
+static int whole_mappings(const char *va, size_t n)
+{
+    int count = 0;
+    const char *c = va, *end = va + n;
+    while (c < end) {
+        struct vm_mapping *m = mapping_at(c);
+        if (!m || m->va != c || m->size > (size_t)(end - c))
+            return -1;
+        c += m->size;
+        count++;
+    }
+    return n ? count : -1;
+}
+
+static int do_cu_get_attribute(int *v, fa_cu_attr a, int dev)
+{
+    if (dev < 0 || dev >= g.ndev)
+        return CU_INVALID_DEVICE;
+    if (!v || a != FA_CU_ATTR_VMM_SUPPORTED)
+        return CU_INVALID;
+    *v = g.vmm == 1;
+    return CU_OK;
+}
+
+static int do_cu_granularity(size_t *gr, const fa_cu_alloc_prop *p, fa_cu_gran_flags f)
+{
+    if (!gr || !prop_ok(p) || (f != 0 && f != 1))
+        return CU_INVALID;
+    if (!vmm_ok(p->location.id))
+        return CU_NOT_SUPPORTED;
+    *gr = FC_GRANULARITY;
+    return CU_OK;
+}
+
+static int do_cu_reserve(fa_cu_ptr *out, size_t size, size_t align, unsigned long long flags)
+{
+    if (!out || !size || !granular(size) || flags || (align & (align - 1)))
+        return CU_INVALID;
+    if (g.vmm != 1)
+        return CU_NOT_SUPPORTED;
+    size_t a = align > FC_GRANULARITY ? align : FC_GRANULARITY;
+    if (size > SIZE_MAX - a)
+        return CU_OOM;
+    char *p = mmap(NULL, size + a, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return CU_OOM;
+    char *base = (char *)(((uintptr_t)p + a - 1) & ~(uintptr_t)(a - 1));
+    if (base > p)
+        munmap(p, (size_t)(base - p));
+    if (base + size < p + size + a)
+        munmap(base + size, (size_t)(p + size + a - (base + size)));
+    struct vm_reservation *r = calloc(1, sizeof *r);
+    if (r && !(r->gran = calloc(size / FC_GRANULARITY, sizeof *r->gran))) {
+        free(r);
+        r = NULL;
+    }
+    if (!r) {
+        munmap(base, size);
+        return CU_OOM;
+    }
+    r->base = base;
+    r->size = size;
+    r->next = g.reservations;
+    g.reservations = r;
+    *out = (fa_cu_ptr)(uintptr_t)base;
+    return CU_OK;
+}
+
+/* Freeing reserved space that still has mappings is refused. */
+static int do_cu_address_free(fa_cu_ptr ptr, size_t size)
+{
+    struct vm_reservation **link = &g.reservations;
+    while (*link && ((*link)->base != (char *)(uintptr_t)ptr || (*link)->size != size))
+        link = &(*link)->next;
+    if (!*link)
+        return CU_INVALID;
+    struct vm_reservation *r = *link;
+    for (size_t i = 0; i < r->size / FC_GRANULARITY; i++)
+        if (r->gran[i])
+            return CU_INVALID;
+    *link = r->next;
+    munmap(r->base, r->size);
+    free(r->gran);
+    free(r);
+    return CU_OK;
+}
+
+static int do_cu_create(fa_cu_handle *h, size_t size, const fa_cu_alloc_prop *p, unsigned long long flags)
+{
+    if (!h || !prop_ok(p) || !size || !granular(size) || flags)
+        return CU_INVALID;
+    if (!vmm_ok(p->location.id))
+        return CU_NOT_SUPPORTED;
+    struct device *d = &g.dev[p->location.id];
+    if (d->used > d->capacity || size > d->capacity - d->used)
+        return CU_OOM;
+    struct vm_piece *pc = calloc(1, sizeof *pc);
+    if (!pc || handle_add((uintptr_t)pc) != 0) {
+        free(pc);
+        return CU_OOM;
+    }
+    pc->device = p->location.id;
+    pc->size = size;
+    pc->next = g.pieces;
+    if (g.pieces)
+        g.pieces->prev = pc;
+    g.pieces = pc;
+    d->used += size;
+    *h = (fa_cu_handle)(uintptr_t)pc;
+    return CU_OK;
+}
+
+static int do_cu_release(fa_cu_handle h)
+{
+    struct vm_piece *pc = piece_find(h);
+    if (!pc || pc->released)
+        return CU_INVALID;
+    pc->released = 1;
+    if (!pc->maps)
+        piece_free(pc);
+    return CU_OK;
+}
+
+/* Only inside a reservation, over nothing mapped, at granularity. */
+static int do_cu_map(fa_cu_ptr ptr, size_t size, size_t off, fa_cu_handle h, unsigned long long flags)
+{
+    char *va = (char *)(uintptr_t)ptr;
+    struct vm_piece *pc = piece_find(h);
+    struct vm_reservation *r = reservation_of(va, size);
+    if (!pc || pc->released || flags || !size || !granular(ptr) || !granular(size) || !granular(off) ||
+        off > pc->size || size > pc->size - off || !r)
+        return CU_INVALID;
+    size_t first = (size_t)(va - r->base) / FC_GRANULARITY, count = size / FC_GRANULARITY;
+    for (size_t i = first; i < first + count; i++)
+        if (r->gran[i])
+            return CU_INVALID;
+    struct vm_mapping *m = calloc(1, sizeof *m);
+    if (!m)
+        return CU_OOM;
+    vm_blank(va, size);
+    m->va = va;
+    m->size = size;
+    m->piece = pc;
+    m->next = g.mappings;
+    if (g.mappings)
+        g.mappings->prev = m;
+    g.mappings = m;
+    for (size_t i = first; i < first + count; i++)
+        r->gran[i] = m;
+    pc->maps++;
+    return CU_OK;
+}
+
+static void unmap_one(struct vm_mapping *m)
+{
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        g.mappings = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    struct vm_reservation *r = reservation_of(m->va, m->size);
+    size_t first = (size_t)(m->va - r->base) / FC_GRANULARITY;
+    for (size_t i = first; i < first + m->size / FC_GRANULARITY; i++)
+        r->gran[i] = NULL;
+    vm_blank(m->va, m->size);
+    struct vm_piece *pc = m->piece;
+    if (--pc->maps == 0 && pc->released)
+        piece_free(pc);
+    free(m);
+}
+
+/* Whole mappings only; queued work is not waited for. */
+static int do_cu_unmap(fa_cu_ptr ptr, size_t size)
+{
+    char *va = (char *)(uintptr_t)ptr;
+    if (whole_mappings(va, size) < 0)
+        return CU_INVALID;
+    for (char *c = va; c < va + size;) {
+        struct vm_mapping *m = mapping_at(c);
+        c += m->size;
+        unmap_one(m);
+    }
+    return CU_OK;
+}
+
+/* The range must be a run of whole mappings; each descriptor names a device. */
+static int do_cu_set_access(fa_cu_ptr ptr, size_t size, const fa_cu_access_desc *desc, size_t n)
+{
+    char *va = (char *)(uintptr_t)ptr;
+    if (!desc || !n || whole_mappings(va, size) < 0)
+        return CU_INVALID;
+    for (size_t i = 0; i < n; i++)
+        if (desc[i].location.type != FA_CU_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+            desc[i].location.id >= g.ndev || (desc[i].flags != 0 && desc[i].flags != 1 && desc[i].flags != 3))
+            return desc[i].location.id >= g.ndev ? CU_INVALID_DEVICE : CU_INVALID;
+    for (char *c = va; c < va + size;) {
+        struct vm_mapping *m = mapping_at(c);
+        for (size_t i = 0; i < n; i++) {
+            unsigned bit = 1u << desc[i].location.id;
+            m->access = desc[i].flags ? m->access | bit : m->access & ~bit;
+        }
+        mprotect(m->va, m->size, m->access ? PROT_READ | PROT_WRITE : PROT_NONE);
+        c += m->size;
+    }
+    return CU_OK;
+}
+
+/* A device reset frees the device's physical pieces and their mappings;
+ * reserved address space stays. */
+static void vm_reset_device(int dev)
+{
+    for (struct vm_mapping *m = g.mappings, *next; m; m = next) {
+        next = m->next;
+        if (m->piece->device == dev) {
+            m->piece->released = 1;
+            unmap_one(m);
+        }
+    }
+    for (struct vm_piece *pc = g.pieces, *next; pc; pc = next) {
+        next = pc->next;
+        if (pc->device == dev)
+            piece_free(pc);
+    }
+}
+
+static cudaError_t do_enable_peer_access(int peer, unsigned flags)
+{
+    int dev;
+    cudaError_t rc = current_device(&dev);
+    if (rc)
+        return rc;
+    if (peer < 0 || peer >= g.ndev || peer == dev)
+        return cudaErrorInvalidDevice;
+    if (flags)
+        return cudaErrorInvalidValue;
+    if ((g.dev[dev].peers >> peer) & 1)
+        return cudaErrorPeerAccessAlreadyEnabled;
+    g.dev[dev].peers |= 1u << peer;
+    return cudaSuccess;
 }
 
 /* ---- the exported runtime functions ----------------------------------------------------
@@ -1771,4 +2195,113 @@ FAKECUDA_API int fakecuda_device_of(const void *p)
     int dev = a ? a->device : -1;
     unlock();
     return dev;
+}
+
+/* ---- the driver functions (reached through the entry points only) ------------------------ */
+
+#define FC_DRIVER(name, params, call, fmt, ...)                              \
+    static fa_cu_result fc_##name params                                     \
+    {                                                                        \
+        int rc = enter(FN_##name);                                           \
+        if (!rc)                                                             \
+            rc = call;                                                       \
+        return leave_quiet(FN_##name, rc, fmt, __VA_ARGS__);                 \
+    }
+FC_DRIVER(cuDeviceGetAttribute, (int *v, fa_cu_attr a, int dev), do_cu_get_attribute(v, a, dev), "attr=%d dev=%d",
+          (int)a, dev)
+FC_DRIVER(cuMemGetAllocationGranularity, (size_t *gr, const fa_cu_alloc_prop *p, fa_cu_gran_flags f),
+          do_cu_granularity(gr, p, f), "flags=%d", (int)f)
+FC_DRIVER(cuMemAddressReserve, (fa_cu_ptr *p, size_t size, size_t align, fa_cu_ptr addr, unsigned long long f),
+          ((void)addr, do_cu_reserve(p, size, align, f)), "size=%zu align=%zu", size, align)
+FC_DRIVER(cuMemAddressFree, (fa_cu_ptr p, size_t size), do_cu_address_free(p, size), "ptr=%llx size=%zu", p, size)
+FC_DRIVER(cuMemCreate, (fa_cu_handle *h, size_t size, const fa_cu_alloc_prop *p, unsigned long long f),
+          do_cu_create(h, size, p, f), "size=%zu", size)
+FC_DRIVER(cuMemRelease, (fa_cu_handle h), do_cu_release(h), "handle=%llx", h)
+FC_DRIVER(cuMemMap, (fa_cu_ptr p, size_t size, size_t off, fa_cu_handle h, unsigned long long f),
+          do_cu_map(p, size, off, h, f), "ptr=%llx size=%zu handle=%llx", p, size, h)
+FC_DRIVER(cuMemUnmap, (fa_cu_ptr p, size_t size), do_cu_unmap(p, size), "ptr=%llx size=%zu", p, size)
+FC_DRIVER(cuMemSetAccess, (fa_cu_ptr p, size_t size, const fa_cu_access_desc *d, size_t n),
+          do_cu_set_access(p, size, d, n), "ptr=%llx size=%zu n=%zu", p, size, n)
+#undef FC_DRIVER
+
+static const struct {
+    const char *name;
+    void *fn;
+} driver_entries[] = {
+#define X(name) {#name, (void *)fc_##name},
+    FAKECUDA_DRIVER_FUNCS(X)
+#undef X
+};
+
+static cudaError_t entry_point(const char *sym, void **fn, fa_cuda_entry_status *st)
+{
+    if (!sym || !fn)
+        return cudaErrorInvalidValue;
+    *fn = NULL;
+    for (size_t i = 0; g.vmm >= 0 && i < sizeof driver_entries / sizeof driver_entries[0]; i++)
+        if (strcmp(driver_entries[i].name, sym) == 0)
+            *fn = driver_entries[i].fn;
+    if (st)
+        *st = *fn ? 0 : 1; /* cudaDriverEntryPointSuccess, cudaDriverEntryPointSymbolNotFound */
+    return cudaSuccess;
+}
+
+FAKECUDA_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                                 fa_cuda_entry_status *driverStatus)
+{
+    enter(FN_cudaGetDriverEntryPoint);
+    cudaError_t rc = flags > 2 ? cudaErrorInvalidValue : entry_point(symbol, funcPtr, driverStatus);
+    return leave(FN_cudaGetDriverEntryPoint, rc, "symbol=%s", symbol ? symbol : "(null)");
+}
+
+FAKECUDA_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                          unsigned long long flags, fa_cuda_entry_status *driverStatus)
+{
+    enter(FN_cudaGetDriverEntryPointByVersion);
+    cudaError_t rc = flags > 2 || cudaVersion < 10020 ? cudaErrorInvalidValue
+                                                      : entry_point(symbol, funcPtr, driverStatus);
+    return leave(FN_cudaGetDriverEntryPointByVersion, rc, "symbol=%s version=%u", symbol ? symbol : "(null)",
+                 cudaVersion);
+}
+
+FAKECUDA_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+    cudaError_t rc = enter(FN_cudaDeviceEnablePeerAccess);
+    if (!rc)
+        rc = do_enable_peer_access(peerDevice, flags);
+    return leave(FN_cudaDeviceEnablePeerAccess, rc, "peer=%d", peerDevice);
+}
+
+FAKECUDA_API unsigned long fakecuda_faults(int device)
+{
+    lock();
+    if (device < 0 || device >= g.ndev)
+        hook_misuse("fakecuda_faults", device);
+    unsigned long n = g.dev[device].faults;
+    unlock();
+    return n;
+}
+
+FAKECUDA_API size_t fakecuda_pieces(int device)
+{
+    lock();
+    if (device < 0 || device >= g.ndev)
+        hook_misuse("fakecuda_pieces", device);
+    size_t n = 0;
+    for (struct vm_piece *pc = g.pieces; pc; pc = pc->next)
+        n += pc->device == device ? pc->size : 0;
+    unlock();
+    return n;
+}
+
+FAKECUDA_API size_t fakecuda_mapped(int device)
+{
+    lock();
+    if (device < 0 || device >= g.ndev)
+        hook_misuse("fakecuda_mapped", device);
+    size_t n = 0;
+    for (struct vm_mapping *m = g.mappings; m; m = m->next)
+        n += m->piece->device == device ? m->size : 0;
+    unlock();
+    return n;
 }

@@ -2,8 +2,10 @@
 """Device tests: d_pool and friends under LD_PRELOAD=libforgealloc.so, against
 the stand-in libcudart in this directory.
 
-    run.py CASE --lib /abs/libforgealloc.so --bindir DIR --cudart-dir DIR
+    run.py CASE --lib /abs/libforgealloc.so --bindir DIR --cudart-dir DIR [--vmm 0|1]
 
+--vmm 0 makes the stand-in's devices report no virtual-memory support, so
+the chunk pool serves; the default is the pool of physical pieces.
 Exit 0 = pass, 1 = fail."""
 import argparse
 import json
@@ -25,6 +27,7 @@ def run(args, prog="d_pool", **env):
     # The stand-in, never a real libcudart the machine may have in its cache.
     e["LD_LIBRARY_PATH"] = A.cudart_dir
     e["LD_PRELOAD"] = A.lib
+    e["FAKECUDA_VMM"] = A.vmm
     e.update({k: str(v) for k, v in env.items()})
     r = subprocess.run([os.path.join(A.bindir, prog)] + args, env=e, capture_output=True, text=True, timeout=170)
     return r
@@ -39,16 +42,32 @@ def metrics(r):
     return {k: float(v) for k, v in re.findall(r"(\w+) ([0-9.]+)", r.stdout)}
 
 
+def vmm():
+    return A.vmm == "1"
+
+
+# The pieces pool grows before it waits: with nothing queued here it takes
+# the whole device before each sync, and idle pieces move to where blocks
+# are placed (fresh host memory in the stand-in, which costs page faults):
+# a smaller device and fewer operations keep the test short.
+CHURN_MEM = "768M"
+
+
 def case_churn():
     """Tens of thousands of mixed sizes: contents intact, few driver calls, exact counts."""
-    r = ok(run(["churn", "1", "30000"], FAKECUDA_MEM="4G"), "churn")
+    r = ok(run(["churn", "1", "10000" if vmm() else "30000"], FAKECUDA_MEM=CHURN_MEM if vmm() else "4G"), "churn")
     m = metrics(r)
     print(r.stdout.strip())
-    check(m["per_1000"] <= 1.0, f"{m['per_1000']} driver calls per 1000 client calls (pool fits the churn)")
+    check(m["vmm"] == int(vmm()), f"pool kind: {m}")
+    check(m["per_1000"] <= (0 if vmm() else 1.0), f"{m['per_1000']} driver cudaMalloc/cudaFree per 1000 client calls")
+    # Each cycle of the quarantine (grow to the device, sync) moves idle pieces to where blocks land:
+    # about one cuMem* call per malloc/free pair here (a real program frees far less of the device per sync).
+    check(m["vm_per_1000"] <= 1000, f"{m['vm_per_1000']} cuMem* calls per 1000 client calls")
 
 
 def case_churn_threads():
-    r = ok(run(["churn", "4", "8000"], FAKECUDA_MEM="4G"), "churn with 4 threads")
+    r = ok(run(["churn", "4", "3000" if vmm() else "8000"], FAKECUDA_MEM=CHURN_MEM if vmm() else "4G"),
+           "churn with 4 threads")
     print(r.stdout.strip())
 
 
@@ -60,7 +79,8 @@ def case_pool_off():
 
 
 def case_hazard():
-    ok(run(["hazard"], FORGEALLOC_DEVICE_POOL_SIZE="64M"), "reuse hazard")
+    # A device no larger than the pool: when blocks are quarantined, growing is impossible and the pool syncs.
+    ok(run(["hazard"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="64M"), "reuse hazard")
 
 
 def case_oom():
@@ -87,7 +107,7 @@ def case_errors():
 
 
 def case_capture():
-    ok(run(["capture"], FORGEALLOC_DEVICE_POOL_SIZE="64M"), "stream capture")
+    ok(run(["capture"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "stream capture")
 
 
 def case_passthrough():
@@ -173,8 +193,66 @@ def case_stats_json():
     problems = check_stats_json.problems(doc)
     check(not problems, f"contract: {problems}")
     dev = doc["device"]["devices"]
-    check(doc["device"]["cuda_seen"] and len(dev) == 1 and dev[0]["pool_bytes"] == 1 << 30, f"devices: {dev}")
+    check(doc["device"]["cuda_seen"] and len(dev) == 1, f"devices: {dev}")
+    check(dev[0]["vmm"] == int(vmm()) and dev[0]["pool_type"] == ("pieces" if vmm() else "chunks"), f"kind: {dev}")
+    if vmm():  # pieces are created as they are needed, beyond the pool's size too
+        check(dev[0]["pool_bytes"] == dev[0]["pieces_mapped"] * 2 ** 21 > 0, f"pieces: {dev}")
+        check(dev[0]["pieces_created"] >= dev[0]["pieces_mapped"], f"pieces: {dev}")
+    else:
+        check(dev[0]["pool_bytes"] == 1 << 30, f"devices: {dev}")
     check(dev[0]["allocs"] == dev[0]["frees"] > 0 and dev[0]["in_use_bytes"] == 0, f"counts: {dev[0]}")
+
+
+def case_frag():
+    """Fill, keep one in 32, free the rest: the largest block is the driver's, default pool."""
+    r = ok(run(["frag"], FAKECUDA_MEM="1G"), "fragmentation, default pool")
+    print(r.stdout.strip())
+
+
+def case_frag_quarter():
+    r = ok(run(["frag"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="25%"), "fragmentation, 25% pool")
+    print(r.stdout.strip())
+
+
+def case_pressure():
+    """Pieces given back under pressure: only after the work queued on them."""
+    ok(run(["pressure"], FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="64M"), "pressure")
+
+
+def case_giveback():
+    """What the pool grew beyond FORGEALLOC_DEVICE_POOL_SIZE goes back after
+    about 10 s idle, from the background thread, with no call of the
+    program's; 5 s after the frees it is still there."""
+    r = ok(run(["giveback", "5"], FAKECUDA_MEM="2G", FORGEALLOC_DEVICE_POOL_SIZE="256M"), "giveback")
+    early = int(re.search(r"pool_bytes (\d+)", r.stdout).group(1))
+    check(early > 256 << 20, f"growth given back before the idle spell: pool {early} bytes after 5 s")
+    r = ok(run(["giveback", "14"], FAKECUDA_MEM="2G", FORGEALLOC_DEVICE_POOL_SIZE="256M"), "giveback")
+    late = int(re.search(r"pool_bytes (\d+)", r.stdout).group(1))
+    check(late <= 256 << 20, f"pool still {late} bytes 14 s after the frees (size 256 MiB)")
+
+
+def case_peer():
+    ok(run(["peer"], FAKECUDA_DEVICES="2"), "peer access")
+
+
+def case_large():
+    ok(run(["large"]), "large blocks")
+
+
+def case_kind():
+    """The stats say which pool serves, and info says why the chunk pool does."""
+    r = ok(run(["kind", A.vmm], FORGEALLOC_LOG="info"), "pool kind")
+    check(("chunk pool" in r.stderr) != vmm(), f"info lines: {r.stderr!r}")
+
+
+def case_kind_noentry():
+    r = ok(run(["kind", "0"], FAKECUDA_VMM="noentry", FORGEALLOC_LOG="info"), "no driver entry points")
+    check("no driver entry points" in r.stderr, r.stderr)
+
+
+def case_kind_off():
+    r = ok(run(["kind", "0"], FORGEALLOC_DEVICE_VMM="0", FORGEALLOC_LOG="info"), "FORGEALLOC_DEVICE_VMM=0")
+    check("FORGEALLOC_DEVICE_VMM=0" in r.stderr, r.stderr)
 
 
 def main():
@@ -184,6 +262,7 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--bindir", required=True)
     ap.add_argument("--cudart-dir", required=True)
+    ap.add_argument("--vmm", choices=["0", "1"], default="1")
     A = ap.parse_args()
     return run_case(globals(), A.case)
 

@@ -1130,6 +1130,90 @@ static void test_environment(void)
     CHECK(st == 0 && err[0] == 0, "FAKECUDA_MEM suffixes and FAKECUDA_MEM_<n>: status %d: %s", st, err);
 }
 
+/* The driver's virtual-memory API, as strict as the real one where the
+ * pool relies on it. */
+static void test_vmm(void)
+{
+    struct {
+#define X(name, params) fa_cu_result(*name) params;
+        FA_CU_FUNCS(X)
+#undef X
+    } d;
+    fa_cuda_entry_status st = 1;
+#define X(name, params)                                                                                     \
+    OK(cudaGetDriverEntryPointByVersion(#name, (void **)&d.name, 12000, 0, &st));                           \
+    CHECK(d.name != NULL && st == 0, "entry point %s", #name);
+    FA_CU_FUNCS(X)
+#undef X
+    void *nothing = (void *)1;
+    OK(cudaGetDriverEntryPoint("cuNoSuchThing", &nothing, 0, &st));
+    CHECK(nothing == NULL && st == 1, "an unknown symbol is not found");
+    CHECK(fakecuda_calls("cuMemCreate") == 0, "lookups are not calls");
+
+    const size_t G2 = (size_t)2 << 20;
+    int v = -1;
+    CHECK(d.cuDeviceGetAttribute(&v, FA_CU_ATTR_VMM_SUPPORTED, 0) == 0 && v == 1, "VMM supported");
+    CHECK(d.cuDeviceGetAttribute(&v, FA_CU_ATTR_VMM_SUPPORTED, 9) == 101, "bad device");
+    fa_cu_alloc_prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = FA_CU_ALLOCATION_TYPE_PINNED;
+    prop.location.type = FA_CU_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    size_t gran = 0;
+    CHECK(d.cuMemGetAllocationGranularity(&gran, &prop, 0) == 0 && gran == G2, "granularity 2 MiB");
+
+    /* Physical pieces count against the capacity, per piece. */
+    size_t used0 = fakecuda_used(0);
+    fa_cu_handle h1, h2, big;
+    CHECK(d.cuMemCreate(&h1, G2 + 4096, &prop, 0) == 1, "sizes are whole granules");
+    CHECK(d.cuMemCreate(&h1, G2, &prop, 0) == 0 && d.cuMemCreate(&h2, G2, &prop, 0) == 0, "two pieces");
+    CHECK(fakecuda_used(0) == used0 + 2 * G2 && fakecuda_pieces(0) == 2 * G2, "counted");
+    CHECK(d.cuMemCreate(&big, (size_t)64 << 20, &prop, 0) == 2, "beyond the capacity: out of memory");
+    void *p = NULL;
+    size_t f, t;
+    OK(cudaMemGetInfo(&f, &t));
+    EXPECT(cudaMalloc(&p, f + 512), cudaErrorMemoryAllocation); /* pieces and cudaMalloc share the device */
+    CLEAR_ERROR();
+
+    /* Mappings only inside a reservation; no access before cuMemSetAccess. */
+    fa_cu_ptr r = 0;
+    CHECK(d.cuMemAddressReserve(&r, 8 * G2, 0, 0, 0) == 0 && r % G2 == 0, "reserve");
+    char *va = (char *)(uintptr_t)r;
+    CHECK(d.cuMemMap((fa_cu_ptr)(uintptr_t)&v, G2, 0, h1, 0) == 1, "outside a reservation");
+    CHECK(d.cuMemMap(r + 4096, G2, 0, h1, 0) == 1, "unaligned");
+    CHECK(d.cuMemMap(r, G2, 0, h1, 0) == 0 && d.cuMemMap(r + G2, G2, 0, h2, 0) == 0, "two mappings");
+    CHECK(d.cuMemMap(r, G2, 0, h2, 0) == 1, "over a mapping");
+    EXPECT(fakecuda_enqueue_fill(NULL, va, 1, 16), cudaErrorInvalidValue); /* no access yet */
+    CLEAR_ERROR();
+    fa_cu_access_desc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location.type = FA_CU_LOCATION_TYPE_DEVICE;
+    acc.location.id = 0;
+    acc.flags = FA_CU_ACCESS_READWRITE;
+    CHECK(d.cuMemSetAccess(r, 3 * G2, &acc, 1) == 1, "access only over mapped memory");
+    CHECK(d.cuMemSetAccess(r, 2 * G2, &acc, 1) == 0, "access once for a run of mappings");
+    va[0] = 5; /* the host (the tests) reads and writes it now */
+    CHECK(d.cuMemUnmap(r, G2 / 2) == 1 && d.cuMemUnmap(r, 3 * G2) == 1, "unmap whole mappings only");
+
+    /* Unmapping waits for nothing: work queued before lands as a fault. */
+    cudaStream_t s;
+    OK(cudaStreamCreate(&s));
+    OK(fakecuda_enqueue_fill(s, va, 0xAA, 2 * G2));
+    unsigned long faults = fakecuda_faults(0);
+    CHECK(d.cuMemUnmap(r, G2) == 0, "unmap one");
+    CHECK(fakecuda_pending(0) == 1, "queued work still queued");
+    OK(cudaStreamSynchronize(s));
+    CHECK(fakecuda_faults(0) == faults + 1, "the write landed on unmapped memory: a fault");
+    CHECK(d.cuMemRelease(h1) == 0 && fakecuda_pieces(0) == G2, "released once unmapped");
+    CHECK(d.cuMemRelease(h2) == 0 && fakecuda_pieces(0) == G2, "released while mapped: freed at the unmap");
+    CHECK(d.cuMemAddressFree(r, 8 * G2) == 1, "a reservation with mappings cannot go");
+    CHECK(d.cuMemUnmap(r + G2, G2) == 0 && fakecuda_pieces(0) == 0, "freed");
+    CHECK(d.cuMemAddressFree(r, 8 * G2) == 0, "reservation freed");
+    CHECK(fakecuda_used(0) == used0, "nothing left");
+    OK(cudaStreamDestroy(s));
+    CHECK(fakecuda_calls("cuMemMap") == 5, "driver calls are counted: %lu", fakecuda_calls("cuMemMap"));
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -1159,6 +1243,7 @@ int main(int argc, char **argv)
     test_set_capacity();
     test_fork();
     test_environment();
+    test_vmm();
 
     CHECK(fakecuda_used(0) == 0 && fakecuda_used(1) == 0, "nothing left allocated");
     CHECK(fakecuda_pending(0) == 0 && fakecuda_pending(1) == 0, "nothing left queued");

@@ -190,14 +190,29 @@ static void test_bad_shapes(void **state)
     (void)state;
     fa_buddy b;
     assert_false(fa_buddy_init(&b, 0, 3, 10));  /* unit below 16 B */
-    assert_false(fa_buddy_init(&b, 0, 17, 10)); /* unit above 64 KiB */
+    assert_false(fa_buddy_init(&b, 0, 22, 10)); /* unit above 2 MiB */
     assert_false(fa_buddy_init(&b, 0, 9, 32));  /* more units than the indices hold */
+}
+
+/* Units of 2 MiB (the device pool's large zone): only sizes whose last
+ * unit is short by less than 64 KiB, the slack field being 16 bits. */
+static void test_large_units(void **state)
+{
+    (void)state;
+    fa_buddy b;
+    uintptr_t a;
+    assert_true(fa_buddy_init(&b, 0x10000000, 21, 4));
+    assert_false(fa_buddy_alloc(&b, (3u << 20), &a)); /* 1 MiB short of 2 units */
+    assert_true(fa_buddy_alloc(&b, (4u << 20) - 100, &a));
+    assert_int_equal(fa_buddy_requested(&b, fa_buddy_find(&b, a)), (4u << 20) - 100);
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_destroy(&b);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_split_and_merge), cmocka_unit_test(test_find_and_bad_pointers),
+        cmocka_unit_test(test_split_and_merge), cmocka_unit_test(test_large_units), cmocka_unit_test(test_find_and_bad_pointers),
         cmocka_unit_test(test_alignment),       cmocka_unit_test(test_exhaustion),
         cmocka_unit_test(test_tail_trimming),   cmocka_unit_test(test_churn_no_overlap),
         cmocka_unit_test(test_bad_shapes),

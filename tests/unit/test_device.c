@@ -3,6 +3,8 @@
  * what this test is for, under TSan in particular. */
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdlib.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -90,10 +92,73 @@ static void test_threads(void **state)
     assert_int_equal(snap.dev[0].driver_malloc_calls, fakecuda_calls("cudaMalloc"));
 }
 
+static uint64_t stat0(fa_snapshot *snap)
+{
+    memset(snap, 0, sizeof *snap);
+    fa_device_fill(snap);
+    assert_int_equal(snap->ndevices, 1);
+    return 0;
+}
+
+static uint64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* 48 pairs of 20 MiB, each freed with work still queued on it, through a
+ * 256 MiB pool on a 2 GiB device: the pool grows instead of waiting (no
+ * device sync), and the background gives the growth back after an idle
+ * spell - not before - once the queued work is done (a sync there), so
+ * no piece it releases is touched later.  The clock is the caller's. */
+static void test_grow_then_give_back(void **state)
+{
+    (void)state;
+    fa_snapshot snap;
+    stat0(&snap);
+    if (!snap.dev[0].vmm)
+        skip(); /* the chunk pool waits instead: its own tests cover it */
+    fa_device_synchronize();
+    uint64_t syncs = fakecuda_calls("cudaDeviceSynchronize");
+    for (int i = 0; i < 48; i++) {
+        void *p = NULL;
+        assert_int_equal(fa_device_malloc(&p, 20 * MiB), 0);
+        assert_int_equal(fakecuda_enqueue_fill(NULL, p, 0x11, 20 * MiB), 0);
+        assert_int_equal(fa_device_free(p), 0);
+    }
+    stat0(&snap);
+    assert_int_equal(fakecuda_calls("cudaDeviceSynchronize"), syncs); /* 0 device syncs */
+    assert_int_equal(fakecuda_pending(0), 48);
+    assert_true(snap.dev[0].pool_bytes >= 48 * 20 * MiB);
+    assert_true(snap.dev[0].pieces_grown > 0);
+    assert_true(fa_device_background_wanted());
+
+    uint64_t now = monotonic_ms();
+    fa_device_background(now + 5000); /* too early: nothing goes */
+    stat0(&snap);
+    assert_true(snap.dev[0].pool_bytes >= 48 * 20 * MiB);
+    assert_int_equal(snap.dev[0].pieces_given_back, 0);
+    assert_true(fa_device_background_wanted());
+
+    fa_device_background(now + 15000);
+    stat0(&snap);
+    assert_int_equal(snap.dev[0].pool_bytes, 256 * MiB); /* back to its size */
+    assert_true(snap.dev[0].pieces_given_back > 0);
+    assert_int_equal(fakecuda_pending(0), 0); /* the queued work landed first... */
+    assert_int_equal(fakecuda_faults(0), 0);  /* ...so none of it hit a released piece */
+    assert_int_equal(fakecuda_mapped(0), 256 * MiB);
+    assert_false(fa_device_background_wanted()); /* nothing more to give back */
+    fa_device_background(now + 30000);           /* and cheap to call */
+    stat0(&snap);
+    assert_int_equal(snap.dev[0].pool_bytes, 256 * MiB);
+}
+
 int main(void)
 {
     char *env[] = {"FORGEALLOC_DEVICE_POOL_SIZE=256M", NULL};
     fa_options_load(env);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_threads)};
+    setenv("FAKECUDA_MEM", "2G", 0); /* read by the stand-in at its first call */
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_threads), cmocka_unit_test(test_grow_then_give_back)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
