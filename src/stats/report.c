@@ -1,8 +1,10 @@
 /* report.c - snapshot the process and deliver the rendering (report.h).
  *
  * Rendering uses static buffers (untouched pages cost no memory), never
- * malloc: one for ordinary dumps, guarded by a flag, and one for a signal
- * handler that may have interrupted an ordinary dump. */
+ * malloc: one set for ordinary dumps, guarded by a flag, and one for a
+ * signal handler that may have interrupted an ordinary dump, guarded by the
+ * id of the thread using it (two signals may land on two threads at once).
+ * Keeping them static also keeps the signal path's stack use small. */
 #define _GNU_SOURCE
 #include "report.h"
 
@@ -26,6 +28,8 @@ static int busy;
 static bool forked;
 static bool warned_write;
 static char tmp_main[4200], tmp_sig[4200];
+static char path_main[4200], path_sig[4200];
+static int sig_owner; /* thread id of the signal dump under way, 0 if none */
 
 void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
 {
@@ -74,6 +78,24 @@ size_t fa_report_json(char *buf, size_t len, const char *reason)
 
 static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
 
+/* A signal dump on another thread is finished before this one starts (the
+ * first usually ends the process).  False when this thread is already
+ * writing one: a signal that interrupted it finds the buffers in use. */
+static bool lock_sig(void)
+{
+    int self = (int)gettid();
+    for (;;) {
+        int owner = 0;
+        if (__atomic_compare_exchange_n(&sig_owner, &owner, self, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return true;
+        if (owner == self)
+            return false;
+        sched_yield();
+    }
+}
+
+static void unlock_sig(void) { __atomic_store_n(&sig_owner, 0, __ATOMIC_RELEASE); }
+
 void fa_report_configured(const char *reason, bool in_signal)
 {
     enum fa_stats_format fmt = (enum fa_stats_format)fa_opt_u64(FA_OPT_STATS);
@@ -82,10 +104,14 @@ void fa_report_configured(const char *reason, bool in_signal)
     char *buf = out_buf;
     fa_snapshot *s = &snap_main;
     char *tmp = tmp_main;
+    char *path = path_main;
     if (in_signal) {
+        if (!lock_sig())
+            return;
         buf = sig_buf;
         s = &snap_sig;
         tmp = tmp_sig;
+        path = path_sig;
     } else {
         lock_main();
     }
@@ -101,19 +127,20 @@ void fa_report_configured(const char *reason, bool in_signal)
     if (!tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode()) {
         fa_write_all(2, b.p, b.len);
     } else {
-        char path[4200];
         int err = ENAMETOOLONG;
-        if (fa_path_expand(tmpl, s->pid, path, sizeof path))
+        if (fa_path_expand(tmpl, s->pid, path, sizeof path_main))
             err = fa_file_write_atomic(path, b.p, b.len, tmp, sizeof tmp_main);
         if (err && !warned_write) {
             warned_write = true;
             char eb[32];
             fa_warn("cannot write stats to '%s': %s; set FORGEALLOC_STATS_FILE to a writable path, or - for stderr",
-                    fa_path_expand(tmpl, s->pid, path, sizeof path) ? path : tmpl,
+                    fa_path_expand(tmpl, s->pid, path, sizeof path_main) ? path : tmpl,
                     fa_errno_text(err, eb, sizeof eb));
         }
     }
-    if (!in_signal)
+    if (in_signal)
+        unlock_sig();
+    else
         unlock_main();
 }
 
@@ -129,6 +156,7 @@ void fa_report_fork_child(void)
 {
     forked = true;
     busy = 0;
+    sig_owner = 0;
     warned_write = false;
     tmp_main[0] = tmp_sig[0] = '\0';
 }

@@ -16,7 +16,9 @@ int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason);
 /* JSON into buf; returns the full length (see forgealloc_stats_json). */
 size_t fa_report_json(char *buf, size_t len, const char *reason);
 /* The configured dump; nothing when FORGEALLOC_STATS=off.  `in_signal`
- * selects buffers a handler may use while a normal dump is under way. */
+ * selects buffers a handler may use while a normal dump is under way; a
+ * second signal dump waits for the first, and one that interrupts a signal
+ * dump on its own thread writes nothing. */
 void fa_report_configured(const char *reason, bool in_signal);
 /* In a signal handler about to re-raise: remove a half-written temporary. */
 void fa_report_abandon(void);
