@@ -151,9 +151,16 @@ def case_image():
         t0 = time.time()
         print(f"{BASE}: {ensure_base()}")
         t = time.time()
-        docker("build", "--network", "host", "-f", os.path.join(ARGS.srcdir, "docker", "Dockerfile"),
-               "-t", ARGS.tag, ARGS.srcdir, timeout=1500)
+        before = docker("image", "inspect", "-f", "{{.Id}}", ARGS.tag, check_rc=False).stdout.strip()
+        # The build stage gets a tag too: the next run reuses its layers (the
+        # packages it installs), and what earlier runs left can go.
+        dockerfile = os.path.join(ARGS.srcdir, "docker", "Dockerfile")
+        for target in (["--target", "build", "-t", ARGS.tag + "-build"], ["-t", ARGS.tag]):
+            docker("build", "--network", "host", "-f", dockerfile, *target, ARGS.srcdir, timeout=1500)
         print(f"image built in {time.time() - t:.0f} s")
+        if before and before != docker("image", "inspect", "-f", "{{.Id}}", ARGS.tag).stdout.strip():
+            docker("rmi", before, check_rc=False)
+        docker("image", "prune", "-f", "--filter", "label=forgealloc.stage=build", check_rc=False)
 
         run = ["run", "--rm", "--network", "none"]
         r = docker(*run, ARGS.tag, timeout=300, check_rc=False)
