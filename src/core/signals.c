@@ -184,9 +184,14 @@ static void die_of(int sig)
 static void dump_and_die(int sig)
 {
     int saved = errno;
-    fa_report_configured("signal", true);
-    fa_report_abandon();
-    die_of(sig);
+    if (fa_report_signal_enter()) {
+        fa_report_configured("signal", true);
+        fa_report_abandon();
+        die_of(sig);
+        fa_report_signal_leave(); /* still alive (PID 1): the next signal dumps again */
+    } else {
+        die_of(sig);
+    }
     errno = saved;
 }
 

@@ -78,10 +78,7 @@ size_t fa_report_json(char *buf, size_t len, const char *reason)
 
 static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
 
-/* A signal dump on another thread is finished before this one starts (the
- * first usually ends the process).  False when this thread is already
- * writing one: a signal that interrupted it finds the buffers in use. */
-static bool lock_sig(void)
+bool fa_report_signal_enter(void)
 {
     int self = (int)gettid();
     for (;;) {
@@ -94,7 +91,7 @@ static bool lock_sig(void)
     }
 }
 
-static void unlock_sig(void) { __atomic_store_n(&sig_owner, 0, __ATOMIC_RELEASE); }
+void fa_report_signal_leave(void) { __atomic_store_n(&sig_owner, 0, __ATOMIC_RELEASE); }
 
 void fa_report_configured(const char *reason, bool in_signal)
 {
@@ -106,8 +103,6 @@ void fa_report_configured(const char *reason, bool in_signal)
     char *tmp = tmp_main;
     char *path = path_main;
     if (in_signal) {
-        if (!lock_sig())
-            return;
         buf = sig_buf;
         s = &snap_sig;
         tmp = tmp_sig;
@@ -138,9 +133,7 @@ void fa_report_configured(const char *reason, bool in_signal)
                     fa_errno_text(err, eb, sizeof eb));
         }
     }
-    if (in_signal)
-        unlock_sig();
-    else
+    if (!in_signal)
         unlock_main();
 }
 

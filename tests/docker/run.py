@@ -33,7 +33,9 @@ class Skip(Exception):
 def docker(*args, timeout=120, check_rc=True, **kw):
     r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, errors="replace", **kw)
     if check_rc and r.returncode != 0:
-        raise Failure(f"docker {' '.join(args[:3])}... failed ({r.returncode}): {r.stderr.strip()[-1500:]}")
+        failed = [line for line in r.stdout.splitlines() if re.search(r"\*\*\*|FAIL", line)]
+        raise Failure(f"docker {' '.join(args[:3])}... failed ({r.returncode}): {r.stderr.strip()[-1500:]}\n"
+                      + "\n".join(failed[-40:] or r.stdout.splitlines()[-40:]))
     return r
 
 
