@@ -172,21 +172,25 @@ def case_image():
         check(r.stdout.startswith("install ok installed"), f"forgealloc package in the image: {r.stdout}")
 
         # docker stop: SIGTERM reaches the command (not PID 1: tini is), which
-        # dies of it (exit code 143, not 137 from Docker's SIGKILL) with its dump.
+        # dies of it (exit code 143, not 137 from Docker's SIGKILL) with its
+        # dump.  Also with the entrypoint alone as ENTRYPOINT (an image that
+        # copied it without tini): it puts tini in front itself.
         name = f"forgealloc-test-{os.getpid()}"
-        docker("run", "-d", "--network", "none", "--name", name, ARGS.tag, "python3", "-c", APP, "sleep")
-        try:
-            wait_for_log(name, "ready")
-            t = time.time()
-            docker("stop", "-t", "20", name, timeout=60)
-            took = time.time() - t
-            code = docker("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip()
-            logs = docker("logs", name).stderr
-        finally:
-            docker("rm", "-f", name, check_rc=False)
-        check(code == "143", f"docker stop: exit code {code} (137: SIGTERM was ignored and Docker killed it)")
-        check([m[1] for m in TEXT_HEADER.findall(logs)] == ["signal"], f"docker stop: the dump: {logs[-800:]}")
-        print(f"docker stop took {took:.2f} s, exit code {code}, dump written")
+        for entry in ([], ["--entrypoint", "/usr/share/forgealloc/entrypoint.sh"]):
+            docker("run", "-d", "--network", "none", "--name", name, *entry, ARGS.tag, "python3", "-c", APP, "sleep")
+            try:
+                wait_for_log(name, "ready")
+                t = time.time()
+                docker("stop", "-t", "20", name, timeout=60)
+                took = time.time() - t
+                code = docker("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip()
+                logs = docker("logs", name).stderr
+            finally:
+                docker("rm", "-f", name, check_rc=False)
+            what = "docker stop" + (" (entrypoint alone)" if entry else "")
+            check(code == "143", f"{what}: exit code {code} (137: SIGTERM was ignored and Docker killed it)")
+            check([m[1] for m in TEXT_HEADER.findall(logs)] == ["signal"], f"{what}: the dump: {logs[-800:]}")
+            print(f"{what} took {took:.2f} s, exit code {code}, dump written")
 
         # Ctrl+C in `docker run -it`: KeyboardInterrupt, as on the host.
         status, out = ctrl_c_in_terminal()
