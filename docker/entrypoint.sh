@@ -10,7 +10,16 @@
 # (default /var/log/forgealloc, mount a volume there to keep them), one file
 # per process, named by `forgealloc run`.  `docker stop` sends SIGTERM; the
 # dump is still written.
+#
+# The kernel never kills a container's PID 1 with a signal that process
+# leaves at its default action, so the command must not be PID 1: the image
+# starts this script under tini; started as PID 1 anyway (an ENTRYPOINT
+# without tini or docker run --init), it puts tini in front when installed.
 set -eu
+
+if [ "$$" = 1 ] && command -v tini >/dev/null 2>&1; then
+    exec tini -- "$0" "$@"
+fi
 
 if [ "$#" -eq 0 ]; then
     echo "forgealloc entrypoint: no command given; set CMD in the image or pass one to docker run" >&2

@@ -7,15 +7,17 @@
 #   scripts/setup.sh --test     + cmocka, python3, PyTorch (CPU), shellcheck, clang
 #   scripts/setup.sh --bench    + jemalloc, mimalloc, PyTorch, gnuplot
 #   scripts/setup.sh --demo     + python3, PyTorch (CPU)
+#   scripts/setup.sh --docker   + Docker's daemon and debootstrap (the image test)
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libgoogle-perftools-dev)
+pkgs=(build-essential cmake pkg-config libgoogle-perftools-dev file) # file: cpack -G DEB
 for arg in "$@"; do
     case "$arg" in
     --test) pkgs+=(libcmocka-dev python3 python3-torch shellcheck binutils git clang libclang-rt-14-dev) ;;
     --bench) pkgs+=(libjemalloc-dev libmimalloc-dev python3 python3-torch gnuplot-nox) ;;
     --demo) pkgs+=(python3 python3-torch) ;;
-    -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+    --docker) pkgs+=(docker.io debootstrap) ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
     esac
 done

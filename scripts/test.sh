@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test.sh - set up, build and run the whole test suite (what CI runs).
 #
-#   scripts/test.sh            everything: the suite, the core under ASan+UBSan
-#                              and TSan, a build without the CUDA toolkit's
-#                              headers, and a benchmark smoke run
+#   scripts/test.sh            everything: the suite (with the Docker image,
+#                              where a daemon runs or can be started), the core
+#                              under ASan+UBSan and TSan, a build without the
+#                              CUDA toolkit's headers, and a benchmark smoke run
 #   scripts/test.sh -R REGEX   only matching tests of the main build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ jobs=$(nproc)
 step() { printf '\n== %s\n' "$*"; }
 
 step "setup"
-scripts/setup.sh --test --bench
+scripts/setup.sh --test --bench --docker
 step "build"
 scripts/build.sh -DFA_TESTS=ON
 step "tests"

@@ -1,8 +1,10 @@
 /* report.c - snapshot the process and deliver the rendering (report.h).
  *
  * Rendering uses static buffers (untouched pages cost no memory), never
- * malloc: one for ordinary dumps, guarded by a flag, and one for a signal
- * handler that may have interrupted an ordinary dump. */
+ * malloc: one set for ordinary dumps, guarded by a flag, and one for a
+ * signal handler that may have interrupted an ordinary dump, guarded by the
+ * id of the thread using it (two signals may land on two threads at once).
+ * Keeping them static also keeps the signal path's stack use small. */
 #define _GNU_SOURCE
 #include "report.h"
 
@@ -26,6 +28,8 @@ static int busy;
 static bool forked;
 static bool warned_write;
 static char tmp_main[4200], tmp_sig[4200];
+static char path_main[4200], path_sig[4200];
+static int sig_owner; /* thread id of the signal dump under way, 0 if none */
 
 void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
 {
@@ -90,6 +94,21 @@ static uint64_t start_unix_ms(const fa_snapshot *s)
 
 static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
 
+bool fa_report_signal_enter(void)
+{
+    int self = (int)gettid();
+    for (;;) {
+        int owner = 0;
+        if (__atomic_compare_exchange_n(&sig_owner, &owner, self, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return true;
+        if (owner == self)
+            return false;
+        sched_yield();
+    }
+}
+
+void fa_report_signal_leave(void) { __atomic_store_n(&sig_owner, 0, __ATOMIC_RELEASE); }
+
 void fa_report_configured(const char *reason, bool in_signal)
 {
     enum fa_stats_format fmt = (enum fa_stats_format)fa_opt_u64(FA_OPT_STATS);
@@ -98,10 +117,12 @@ void fa_report_configured(const char *reason, bool in_signal)
     char *buf = out_buf;
     fa_snapshot *s = &snap_main;
     char *tmp = tmp_main;
+    char *path = path_main;
     if (in_signal) {
         buf = sig_buf;
         s = &snap_sig;
         tmp = tmp_sig;
+        path = path_sig;
     } else {
         lock_main();
     }
@@ -117,11 +138,10 @@ void fa_report_configured(const char *reason, bool in_signal)
     if (!tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode()) {
         fa_write_all(2, b.p, b.len);
     } else {
-        char path[4200];
         int err = ENAMETOOLONG;
         fa_path_parts parts;
         fa_path_parts_here(&parts, s->pid, start_unix_ms(s));
-        bool expanded = fa_path_expand(tmpl, &parts, path, sizeof path);
+        bool expanded = fa_path_expand(tmpl, &parts, path, sizeof path_main);
         if (expanded)
             err = fa_file_write_atomic(path, b.p, b.len, tmp, sizeof tmp_main);
         if (err && !warned_write) {
@@ -148,6 +168,7 @@ void fa_report_fork_child(void)
     forked = true;
     start_ms = 0;
     busy = 0;
+    sig_owner = 0;
     warned_write = false;
     tmp_main[0] = tmp_sig[0] = '\0';
 }

@@ -16,8 +16,16 @@ int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason);
 /* JSON into buf; returns the full length (see forgealloc_stats_json). */
 size_t fa_report_json(char *buf, size_t len, const char *reason);
 /* The configured dump; nothing when FORGEALLOC_STATS=off.  `in_signal`
- * selects buffers a handler may use while a normal dump is under way. */
+ * selects buffers a handler may use while a normal dump is under way; the
+ * caller holds them (fa_report_signal_enter). */
 void fa_report_configured(const char *reason, bool in_signal);
+/* A signal handler takes the signal buffers before dumping and keeps them
+ * until the process is gone, so a signal on another thread cannot start a
+ * second dump that the death of the process would cut short: it waits here.
+ * False, at once, when this thread holds them already (a signal interrupted
+ * its own signal dump). */
+bool fa_report_signal_enter(void);
+void fa_report_signal_leave(void);
 /* In a signal handler about to re-raise: remove a half-written temporary. */
 void fa_report_abandon(void);
 /* After fork, in the child. */

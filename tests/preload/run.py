@@ -7,6 +7,7 @@ Each case is a function below; ctest runs one case per test.  Exit status
 0 = pass, 1 = fail (with the reason printed), 77 = skipped (ctest's
 SKIP_RETURN_CODE), e.g. PyTorch not installed."""
 import argparse
+import difflib
 import glob
 import json
 import os
@@ -598,6 +599,131 @@ def case_signal():
             check(not [f for f in os.listdir(d) if ".tmp" in f], "temporary left behind")
 
 
+# ---- the program owns its signal dispositions ---------------------------------------
+
+SIGNAL_APP = r"""
+import atexit, signal, sys, time
+mode = sys.argv[1]
+atexit.register(lambda: print("atexit", flush=True))
+if mode == "own":
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(5))
+elif mode == "dfl-again":
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+print("getsignal", [getattr(h, "__name__", str(h)) for h in map(signal.getsignal, sorted(signal.valid_signals()))],
+      flush=True)
+try:
+    print("ready", flush=True)
+    time.sleep(1.5 if mode == "ignored" else 60)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+finally:
+    print("finally", flush=True)
+"""
+
+TEXT_HEADER = re.compile(r"^forgealloc \S+: pid (\d+) \(.*?\)(?:, forked)?, (\w+) after ", re.M)
+
+
+def run_signalled(cmd, env, signals, dispositions):
+    """Start cmd with the given dispositions of SIGINT and SIGTERM, send it
+    `signals` once it is ready; return (status, stdout, stderr)."""
+    def preexec():
+        for sig, disp in dispositions.items():
+            signal.signal(sig, disp)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=preexec)
+    lines = [p.stdout.readline(), p.stdout.readline()]
+    check(lines[1] == "ready\n", f"{cmd} did not start: {lines} {p.stderr.read() if p.poll() is not None else ''}")
+    for sig in signals:
+        p.send_signal(sig)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Failure(f"{cmd}: still running 30 s after {signals}")
+    return p.returncode, "".join(lines) + out, err
+
+
+def case_signal_owned():
+    """Python under FORGEALLOC_STATS=text (a bare LD_PRELOAD and `forgealloc run`)
+    behaves on SIGINT and SIGTERM exactly as without the shim, and the dump
+    is still written: at exit, or by the signal that kills."""
+    dfl = {signal.SIGINT: signal.SIG_DFL, signal.SIGTERM: signal.SIG_DFL}
+    ign = {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
+    scenarios = [  # mode, signals sent, dispositions inherited, what ends the process
+        ("plain", [signal.SIGINT], dfl, "exit"),  # KeyboardInterrupt, finally, atexit
+        ("plain", [signal.SIGTERM], dfl, "signal"),  # killed, status -15
+        ("own", [signal.SIGTERM], dfl, "exit"),  # the program's handler runs
+        ("dfl-again", [signal.SIGINT], dfl, "signal"),  # SIG_DFL set again: killed, status -2
+        ("ignored", [signal.SIGTERM, signal.SIGINT], ign, "exit"),  # nohup, background jobs
+    ]
+    launcher = os.path.join(HERE, "..", "..", "scripts", "forgealloc")
+    for mode, signals, disps, ending in scenarios:
+        what = f"{mode} with {[s.name for s in signals]}"
+        cmd = [ARGS.python, "-c", SIGNAL_APP, mode]
+        want = run_signalled(cmd, base_env(), signals, disps)
+        check(want[0] == {"exit": 5 if mode == "own" else 0, "signal": -signals[0]}[ending],
+              f"{what} without the shim: status {want[0]} {want[2][-500:]}")
+        with tempfile.TemporaryDirectory() as d:
+            env = base_env(FORGEALLOC_STATS="text", FORGEALLOC_STATS_FILE=f"{d}/%p.txt", LD_PRELOAD=ARGS.lib)
+            got = run_signalled(cmd, env, signals, disps)
+            files = os.listdir(d)
+            text = open(os.path.join(d, files[0])).read() if len(files) == 1 else ""
+        check(got[:2] == want[:2], f"{what} under LD_PRELOAD: status {got[0]}, output {got[1]!r}; "
+                                   f"without the shim: status {want[0]}, output {want[1]!r}")
+        check(len(files) == 1 and [m[1] for m in TEXT_HEADER.findall(text)] == [ending],
+              f"{what} under LD_PRELOAD: expected one {ending} dump, got files {files} {text[:200]!r}")
+        env = base_env(FORGEALLOC_LIB=ARGS.lib)
+        got = run_signalled([launcher, "run", "--"] + cmd, env, signals, disps)
+        check(got[:2] == want[:2], f"{what} under forgealloc run: status {got[0]}, output {got[1]!r}; "
+                                   f"without the shim: status {want[0]}, output {want[1]!r}")
+        check([m[1] for m in TEXT_HEADER.findall(got[2])] == [ending],
+              f"{what} under forgealloc run: expected one {ending} dump on stderr, got {got[2][-600:]!r}")
+        print(f"{what}: status {got[0]}, dump at {ending}")
+
+
+def case_signal_queries():
+    """A C program sees the same dispositions with and without the shim through
+    every libc call (sigaction, signal, sysv_signal, sigset, ...), across fork
+    and exec, with threads racing, and with one-shot handlers; the signal that
+    finally kills it still writes the dump."""
+    for mode, status in (("queries", 0), ("fork", 0), ("resethand", -signal.SIGTERM), ("sysv", -signal.SIGTERM),
+                         ("threads", -signal.SIGTERM)):
+        want = run([prog("p_signal"), mode], preload=False, timeout=60)
+        check(want.returncode == status, f"{mode} without the shim: status {want.returncode} {want.stderr}")
+        for stats in ("text", "off"):
+            with tempfile.TemporaryDirectory() as d:
+                got = run([prog("p_signal"), mode], timeout=60,
+                          env=base_env(FORGEALLOC_STATS=stats, FORGEALLOC_STATS_FILE=f"{d}/%p.json"))
+                files = os.listdir(d)
+            check((got.returncode, got.stdout) == (want.returncode, want.stdout),
+                  f"{mode}, FORGEALLOC_STATS={stats}: status {got.returncode}, differences:\n" +
+                  "\n".join(difflib.unified_diff(want.stdout.splitlines(), got.stdout.splitlines(), lineterm="")))
+            check(stats == "off" or len(files) == (2 if mode == "fork" else 1), f"{mode}: stats files {files}")
+        print(f"{mode}: {len(want.stdout.splitlines())} lines the same")
+
+
+def case_signal_two_threads():
+    """SIGTERM and SIGINT sent back to back land on two threads at once: the
+    two signal dumps do not share buffers; one complete dump, death by one of
+    the two signals, no temporary left."""
+    for i in range(40):
+        with tempfile.TemporaryDirectory() as d:
+            p = start_hammer(d)
+            os.kill(p.pid, signal.SIGTERM)
+            os.kill(p.pid, signal.SIGINT)
+            try:
+                rc = p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise Failure(f"run {i}: no exit 20 s after two signals")
+            names = os.listdir(d)
+            docs = list(dumps(d).values())
+        check(rc in (-signal.SIGTERM, -signal.SIGINT), f"run {i}: status {rc}")
+        check(len(docs) == 1 and docs[0]["reason"] == "signal", f"run {i}: files {names}")
+        check(not check_stats_json.problems(docs[0]), f"run {i}: contract")
+        check(not [n for n in names if ".tmp" in n], f"run {i}: temporaries left: {names}")
+
+
 # ---- hardening: fork, threads, signals, exits, files, settings --------------------------
 
 def case_forkstorm():
@@ -814,20 +940,28 @@ def case_real_tools():
 
 
 def case_cpython_suite():
-    """A subset of CPython's own tests gives the same result with and without the shim."""
+    """A subset of CPython's own tests gives the same result with and without
+    the shim, the shim writing text dumps (test_signal: the dump on SIGTERM and
+    SIGINT is invisible to the program)."""
     tests = ["test_json", "test_dict", "test_list", "test_set", "test_gc", "test_bytes", "test_re", "test_io",
-             "test_mmap", "test_ctypes", "test_subprocess"]
+             "test_mmap", "test_ctypes", "test_subprocess", "test_signal"]
     probe = run([ARGS.python, "-c", "import test.libregrtest, test.test_json, test.test_subprocess"], preload=False)
     if probe.returncode != 0:
         print("CPython's test suite is not installed (Debian: libpython3-testsuite) - skipped")
         return SKIP
     results = []
-    for preload in (False, True):
-        r = run([ARGS.python, "-m", "test", "-j2", "--timeout", "300"] + tests, preload=preload, timeout=900)
-        summary = [line for line in r.stdout.splitlines() if re.match(r"^(Tests result|\d+ tests? (OK|failed|skipped))", line)]
-        results.append((r.returncode, summary))
+    with tempfile.TemporaryDirectory() as d:
+        for preload in (False, True):
+            # Dumps go to files: tests compare their subprocesses' stderr.
+            env = base_env(FORGEALLOC_STATS="text", FORGEALLOC_STATS_FILE=f"{d}/%p.txt")
+            r = run([ARGS.python, "-m", "test", "-j2", "--timeout", "300"] + tests, preload=preload, env=env,
+                    timeout=900)
+            summary = [line for line in r.stdout.splitlines() if re.match(r"^(Tests result|\d+ tests? (OK|failed|skipped))", line)]
+            results.append((r.returncode, summary))
+        ndumps = len(os.listdir(d))
     check(results[0] == results[1], f"different results: without {results[0]}, with {results[1]}")
     check(results[1][0] == 0, f"the suite failed under the shim: {results[1]}")
+    check(ndumps >= len(tests), f"only {ndumps} stats files written under the shim")
 
 
 def main():
