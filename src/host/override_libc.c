@@ -12,7 +12,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 
-#include "../stats/report.h"
+#include "../process/report.h"
 #include "host.h"
 
 #define FA_EXPORT __attribute__((visibility("default")))

@@ -25,7 +25,7 @@
 #include "../device/device.h"
 #include "../host/release.h"
 #include "../host/served.h"
-#include "../stats/report.h"
+#include "report.h"
 
 enum { IDLE, STARTING, RUNNING, UNAVAILABLE };
 static int state;

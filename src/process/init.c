@@ -13,13 +13,13 @@
 #include "../device/device.h"
 #include "../host/host.h"
 #include "../host/served.h"
-#include "../process/background.h"
-#include "../stats/report.h"
+#include "background.h"
+#include "report.h"
 #include "../stats/stats.h"
-#include "fmt.h"
+#include "../core/fmt.h"
 #include "forgealloc.h"
-#include "log.h"
-#include "options.h"
+#include "../core/log.h"
+#include "../core/options.h"
 #include "signals.h"
 
 static void fork_prepare(void)

@@ -4,9 +4,9 @@
 
 #include "../host/host.h"
 #include "../host/served.h"
-#include "../stats/report.h"
+#include "report.h"
 #include "forgealloc.h"
-#include "options.h"
+#include "../core/options.h"
 
 FA_API const char *forgealloc_version(void) { return FORGEALLOC_VERSION; }
 

@@ -17,8 +17,8 @@
 #include "../core/log.h"
 #include "../device/device.h"
 #include "../host/host.h"
-#include "file.h"
-#include "render.h"
+#include "../stats/file.h"
+#include "../stats/render.h"
 
 #define OUT_CAP (256 * 1024)
 

@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "../core/options.h"
-#include "snapshot.h"
+#include "../stats/snapshot.h"
 
 void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal);
 /* Returns 0 or an errno value. */

@@ -22,8 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../stats/report.h"
-#include "options.h"
+#include "report.h"
+#include "../core/options.h"
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef sighandler_t (*handler_fn)(int, sighandler_t);
