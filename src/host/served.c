@@ -107,7 +107,7 @@ static void *first_definer(bool *program)
 void fa_host_served_check(void)
 {
     char ours[1024], tc[1024], found[1024];
-    void *ours_base, *tc_base, *found_base;
+    void *ours_base = NULL, *tc_base = NULL, *found_base = NULL;
     bool program = false;
     if (!object_of((void *)fa_host_served_check, ours, sizeof ours, &ours_base) ||
         !object_of(first_definer(&program), found, sizeof found, &found_base))
