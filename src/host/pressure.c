@@ -274,21 +274,16 @@ static uint64_t cgroup_headroom(void)
     return best;
 }
 
-uint64_t fa_pressure_headroom(void)
+uint64_t fa_pressure_headroom(bool *cgroup_limited)
 {
     ensure_found();
     uint64_t best = state == 1 ? cgroup_headroom() : UINT64_MAX;
+    *cgroup_limited = best != UINT64_MAX;
     char mi[2048];
     uint64_t avail;
     if (fa_read_file("/proc/meminfo", mi, sizeof mi) > 0 && fa_pressure_parse_meminfo(mi, &avail) && avail < best)
         best = avail;
     return best;
-}
-
-bool fa_pressure_limited(void)
-{
-    ensure_found();
-    return state == 1 && cgroup_headroom() != UINT64_MAX;
 }
 
 void fa_pressure_reset(void)

@@ -12,11 +12,9 @@
 #include <stdint.h>
 
 /* Bytes that can still be charged before the tightest limit is reached;
- * UINT64_MAX when nothing is known. */
-uint64_t fa_pressure_headroom(void);
-
-/* True when a memory cgroup with a finite limit governs the process. */
-bool fa_pressure_limited(void);
+ * UINT64_MAX when nothing is known.  *cgroup_limited: a memory cgroup with a
+ * finite limit governs the process. */
+uint64_t fa_pressure_headroom(bool *cgroup_limited);
 
 /* Forget the cgroup found (after fork the child may be moved elsewhere). */
 void fa_pressure_reset(void);

@@ -132,6 +132,7 @@ static uint64_t inline_due_ms;
 enum { BG_NONE, BG_THREAD, BG_CALLS };
 static int background;
 static int polling;    /* look at tcmalloc's numbers even without seeing frees */
+static uint64_t polled_held; /* free bytes at the last tick, while polling */
 static bool (*waker)(void);
 
 /* Returns released below this are not worth a system call. */
@@ -262,7 +263,6 @@ uint64_t fa_release_tick(uint64_t now)
     judge_tick(now);
     /* Without the calls (polling), a drop of the free bytes since the last
      * tick is the sign that large allocations go on. */
-    static uint64_t polled_held;
     if (__atomic_load_n(&polling, __ATOMIC_RELAXED) && held + STEP < polled_held) {
         prev_alloc_ms = last_alloc_ms;
         last_alloc_ms = now;
@@ -274,6 +274,12 @@ uint64_t fa_release_tick(uint64_t now)
      * call that runs this tick when there is no thread, is not a churn). */
     busy_heap = prev_alloc_ms && now < prev_alloc_ms + delay;
     uint64_t idle = !delay ? held : busy_heap ? fa_decay_idle(&active) : fa_decay_idle(&decay);
+    /* Quiet: no large allocation for twice the delay (a WebUI between
+     * prompts).  The threshold kept for the next allocation's sake goes
+     * too: the process settles as low as glibc with malloc_trim. */
+    uint64_t last_alloc = last_alloc_ms;
+    if (delay && now >= last_alloc + 2 * delay)
+        keep = 0;
     uint64_t next = fa_decay_next_ms(&decay);
     decay_lock_drop();
 
@@ -282,10 +288,10 @@ uint64_t fa_release_tick(uint64_t now)
         /* Never cause an OOM kill: when what we hold free is more than half
          * of what the cgroup (or the machine) can still give, another
          * allocation may need it now; return everything free. */
-        uint64_t room = fa_pressure_headroom();
-        limited = room != UINT64_MAX;
+        uint64_t room = fa_pressure_headroom(&limited);
         if (held > room / 2) {
-            held -= release_and_count(SIZE_MAX, FA_REL_pressure);
+            size_t got = release_and_count(SIZE_MAX, FA_REL_pressure);
+            held = held > got ? held - got : 0;
             idle = 0;
         }
     }
@@ -299,8 +305,13 @@ uint64_t fa_release_tick(uint64_t now)
     }
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
-    if (held <= keep && !__atomic_load_n(&polling, __ATOMIC_RELAXED))
-        return 0; /* nothing worth watching until large frees come back */
+    if (!__atomic_load_n(&polling, __ATOMIC_RELAXED) && held <= (keep > STEP ? keep : STEP)) {
+        if (held <= STEP || !delay)
+            return 0; /* nothing worth watching until large frees come back */
+        /* Within the threshold: one more look once the heap is quiet. */
+        uint64_t quiet_at = last_alloc + 2 * delay + 1;
+        return quiet_at > now ? quiet_at : now + 1;
+    }
     if (limited && next > now + FA_RELEASE_PRESSURE_POLL_MS)
         next = now + FA_RELEASE_PRESSURE_POLL_MS;
     return next > now ? next : now + 1;
@@ -438,6 +449,7 @@ void fa_release_fork_child(void)
     decay_lock = 0;
     decay_ready = 0;
     last_alloc_ms = prev_alloc_ms = 0;
+    polled_held = 0;
     memset(&judge, 0, sizeof judge);
     inline_due_ms = 0;
     background = BG_NONE;

@@ -161,9 +161,12 @@ static void test_idle_settles(void **state)
     assert_true(fa_release_in_background());
     for (int ms = 0; ms < 2000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 32 * MB; ms += 20)
         sleep_ms(20);
-    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
     assert_true(released(FA_REL_delay) >= 760 * MB);
     assert_int_equal(helper_threads(), 1);
+    /* Quiet for twice the delay: the threshold kept goes back too. */
+    for (int ms = 0; ms < 3000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 2 * MB; ms += 20)
+        sleep_ms(20);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 2 * MB);
 }
 
 /* A working set replaced piece by piece keeps its memory: no return while
