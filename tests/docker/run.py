@@ -208,7 +208,7 @@ def case_image():
         finally:
             docker("volume", "rm", "-f", vol, check_rc=False)
         files = re.findall(r"^file (.*)$", seen, re.M)
-        check(len(files) == 1 and re.fullmatch(r"\d+\.txt", files[0]), f"stats files in the volume: {files}")
+        check(len(files) == 1 and re.fullmatch(r"[0-9a-z.-]+-\d+-\d+\.txt", files[0]), f"stats files in the volume: {files}")
         check([m[1] for m in TEXT_HEADER.findall(seen)] == ["exit"], f"the file in the volume: {seen[-800:]}")
         check([m[1] for m in TEXT_HEADER.findall(r.stderr)] == ["exit"], f"the command's own dump: {r.stderr[-800:]}")
         print(f"a child's stats file in the volume: {files[0]}; {time.time() - t0:.0f} s in all")
