@@ -217,12 +217,9 @@ static void sample(void)
 static void release_now(uint64_t threshold)
 {
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
-    for (int round = 0; round < 4; round++) {
-        size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
-        uint64_t keep = threshold / 2;
-        if (free_bytes <= keep || release_and_count(free_bytes - keep, FA_REL_threshold) == 0)
-            break;
-    }
+    size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
+    if (free_bytes > threshold / 2)
+        release_and_count(free_bytes - threshold / 2, FA_REL_threshold); /* retries tcmalloc's credit itself */
 }
 
 /* Pre: decay_lock held.  Judge the last release made while the heap was
