@@ -45,6 +45,7 @@ def problems(doc):
     for key in ["delay_bytes", "threshold_bytes", "pressure_bytes", "request_bytes"]:
         need(release, key, "host.release.", int)
     need(release, "background", "host.release.", bool)
+    need(release, "hold_ms", "host.release.", int)
     tc = need(host, "tcmalloc", "host.", dict) or {}
     for key in TCMALLOC:
         need(tc, key, "host.tcmalloc.")

@@ -540,6 +540,7 @@ void fa_host_fill(fa_snapshot *s)
     for (int i = 0; i < FA_REL_COUNT; i++)
         s->released_bytes += s->released_by[i];
     s->release_background = fa_release_in_background();
+    s->release_hold_ms = fa_release_hold_ms();
     s->release_rate = &fa_tc_release_rate ? fa_tc_release_rate : -1.0;
     if (s->in_signal) {
         uint64_t when = 0;

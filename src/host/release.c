@@ -110,21 +110,42 @@ static uint64_t releases, by_reason[FA_REL_COUNT];
  * tick's own sample. */
 static fa_decay decay;
 static int decay_lock, decay_ready;
-/* While large allocations go on, memory counts as unused only after
- * `active_factor` times the delay: in a churning heap, free spans that sat
- * out one window are still picked again later (tcmalloc takes the best fit
- * among free and returned spans alike), and each pick of a returned span
- * is a page fault per page.  The factor doubles whenever what such a
- * release returned is committed again within the long window (a regret),
- * and halves after a release that was not. */
-#define ACTIVE_MIN 4
-#define ACTIVE_MAX 256
-static fa_decay active;
-static unsigned active_factor = ACTIVE_MIN;
+/* How long free memory must stay unused before it goes back, in units of
+ * the delay, learnt from regret: a factor grows whenever what a release
+ * returned is committed again before the release is judged (the program
+ * needed it: each page came back as a page fault), and halves after a
+ * release that was not regretted.
+ *
+ * While large allocations go on (busy), memory counts as unused only after
+ * the busy factor (at least 4) times the delay: in a churning heap, free
+ * spans that sat out one window are still picked again later (tcmalloc
+ * takes the best fit among free and returned spans alike).  A busy release
+ * is judged over one window; a regret doubles the factor.
+ *
+ * While they do not (idle), the idle factor (at least 1) stretches both the
+ * window and the quiet time.  A WebUI that moves its text encoder to the
+ * host for each prompt and frees it while the GPU generates looks idle
+ * between prompts: an idle release is judged over IDLE_MAX delays, and a
+ * regret stretches the window past the idle spell it cut short (from the
+ * last large allocation before the release to the first one after), so the
+ * next spell like it keeps its memory; one return per kind of spell, not
+ * one per prompt.  The idle hold is at most IDLE_MAX delays (32 s with the
+ * default 2 s), and pressure returns memory whatever the hold. */
+typedef struct {
+    unsigned factor, min, max;
+    uint64_t released, recommitted, until_ms;
+} learner;
+#define BUSY_MIN 4
+#define BUSY_MAX 256
+#define IDLE_MAX 16
+static learner busy_l = {BUSY_MIN, BUSY_MIN, BUSY_MAX, 0, 0, 0};
+static learner idle_l = {1, 1, IDLE_MAX, 0, 0, 0};
+static fa_decay active; /* the busy window; `decay` is the idle one */
 static uint64_t last_alloc_ms, prev_alloc_ms; /* the two latest large allocations */
-static struct {
-    uint64_t released, recommitted, until_ms, last_commit;
-} judge;
+static uint64_t last_commit; /* tcmalloc's commit counter at the last tick */
+/* The idle spell an idle release cut into: from the last large allocation
+ * before it to the first one after it (0: none yet). */
+static uint64_t spell_begin_ms, spell_end_ms;
 /* No background thread: the next call that may run the policy itself. */
 static uint64_t inline_due_ms;
 /* Who runs the policy: nobody yet (no large free memory was held), the
@@ -160,8 +181,9 @@ static void decay_lock_drop(void) { __atomic_store_n(&decay_lock, 0, __ATOMIC_RE
 static void decay_start(uint64_t now)
 {
     if (!decay_ready) {
-        fa_decay_init(&decay, delay_ms() ? delay_ms() : 1, now);
-        fa_decay_init(&active, (delay_ms() ? delay_ms() : 1) * active_factor, now);
+        uint64_t delay = delay_ms() ? delay_ms() : 1;
+        fa_decay_init(&decay, delay * idle_l.factor, now);
+        fa_decay_init(&active, delay * busy_l.factor, now);
         decay_ready = 1;
     }
 }
@@ -209,6 +231,8 @@ static void sample(void)
     fa_decay_observe(&active, now, free_bytes);
     prev_alloc_ms = last_alloc_ms;
     last_alloc_ms = now;
+    if (idle_l.released && !spell_end_ms)
+        spell_end_ms = now; /* the idle spell a release cut into ends */
     decay_lock_drop();
 }
 
@@ -222,27 +246,66 @@ static void release_now(uint64_t threshold)
         release_and_count(free_bytes - threshold / 2, FA_REL_threshold); /* retries tcmalloc's credit itself */
 }
 
-/* Pre: decay_lock held.  Judge the last release made while the heap was
- * busy: bytes tcmalloc committed again since count against it. */
+/* Judge a learner's last release with `again` bytes committed since the
+ * last tick: returns the new factor (its current one when unchanged). */
+static unsigned judge(learner *l, uint64_t again, uint64_t now)
+{
+    if (!l->released)
+        return l->factor;
+    l->recommitted += again;
+    bool regret = l->recommitted >= l->released / 2;
+    if (!regret && now < l->until_ms)
+        return l->factor;
+    l->released = l->recommitted = 0;
+    if (!regret)
+        return l->factor > l->min ? l->factor / 2 : l->min;
+    return l->factor < l->max ? l->factor * 2 : l->max;
+}
+
+static uint64_t covering(uint64_t spell_ms, uint64_t delay, unsigned max)
+{
+    unsigned f = 1;
+    while (f < max && delay * f < spell_ms + spell_ms / 4)
+        f *= 2;
+    return f;
+}
+
+/* Pre: decay_lock held.  Bytes tcmalloc committed again since the last
+ * tick count against the releases being judged. */
 static void judge_tick(uint64_t now)
 {
     uint64_t commit = property("tcmalloc.pageheap_total_commit_bytes");
-    uint64_t again = commit > judge.last_commit ? commit - judge.last_commit : 0;
-    judge.last_commit = commit;
-    if (!judge.released)
-        return;
-    judge.recommitted += again;
-    unsigned factor = active_factor;
-    if (judge.recommitted >= judge.released / 2)
-        factor = factor < ACTIVE_MAX ? factor * 2 : ACTIVE_MAX;
-    else if (now >= judge.until_ms)
-        factor = factor > ACTIVE_MIN ? factor / 2 : ACTIVE_MIN;
-    else
-        return;
-    judge.released = judge.recommitted = 0;
-    if (factor != active_factor) {
-        active_factor = factor;
-        fa_decay_init(&active, delay_ms() * factor, now);
+    uint64_t again = commit > last_commit ? commit - last_commit : 0;
+    last_commit = commit;
+    uint64_t delay = delay_ms();
+    unsigned f = judge(&busy_l, again, now);
+    if (f != busy_l.factor) {
+        busy_l.factor = f;
+        fa_decay_init(&active, delay * f, now);
+    }
+    bool pending = idle_l.released;
+    f = judge(&idle_l, again, now);
+    if (pending && !idle_l.released && f > idle_l.factor) { /* a regret */
+        uint64_t end = spell_end_ms ? spell_end_ms : now;
+        uint64_t cover = covering(end > spell_begin_ms ? end - spell_begin_ms : 0, delay, IDLE_MAX);
+        if (cover > f)
+            f = (unsigned)cover;
+    }
+    if (f != idle_l.factor) {
+        __atomic_store_n(&idle_l.factor, f, __ATOMIC_RELAXED);
+        fa_decay_init(&decay, delay * f, now);
+    }
+}
+
+/* Pre: decay_lock held. */
+static void judge_release(bool busy_heap, uint64_t got, uint64_t now)
+{
+    learner *l = busy_heap ? &busy_l : &idle_l;
+    l->released += got;
+    l->until_ms = now + delay_ms() * (busy_heap ? l->factor : IDLE_MAX);
+    if (!busy_heap) {
+        spell_begin_ms = last_alloc_ms;
+        spell_end_ms = 0;
     }
 }
 
@@ -274,8 +337,8 @@ uint64_t fa_release_tick(uint64_t now)
     /* Quiet: no large allocation for twice the delay (a WebUI between
      * prompts).  The threshold kept for the next allocation's sake goes
      * too: the process settles as low as glibc with malloc_trim. */
-    uint64_t last_alloc = last_alloc_ms;
-    if (delay && now >= last_alloc + 2 * delay)
+    uint64_t last_alloc = last_alloc_ms, quiet = 2 * delay * idle_l.factor;
+    if (delay && now >= last_alloc + quiet)
         keep = 0;
     uint64_t next = fa_decay_next_ms(&decay);
     decay_lock_drop();
@@ -295,22 +358,34 @@ uint64_t fa_release_tick(uint64_t now)
     if (idle > keep && idle - keep >= STEP) {
         size_t got = release_and_count(idle - keep, delay ? FA_REL_delay : FA_REL_threshold);
         held = held > got ? held - got : 0;
-        if (busy_heap && got) { /* judged over the next long window */
-            judge.released += got;
-            judge.until_ms = now + delay * active_factor;
+        if (got && delay) {
+            decay_lock_take();
+            judge_release(busy_heap, got, now);
+            decay_lock_drop();
         }
     }
+    /* A release being judged is judged on time: the commits that count
+     * against it are those seen before its horizon. */
+    uint64_t due = UINT64_MAX;
+    if (busy_l.released)
+        due = busy_l.until_ms;
+    if (idle_l.released && idle_l.until_ms < due)
+        due = idle_l.until_ms;
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
     if (!__atomic_load_n(&polling, __ATOMIC_RELAXED) && held <= (keep > STEP ? keep : STEP)) {
         if (held <= STEP || !delay)
-            return 0; /* nothing worth watching until large frees come back */
-        /* Within the threshold: one more look once the heap is quiet. */
-        uint64_t quiet_at = last_alloc + 2 * delay + 1;
-        return quiet_at > now ? quiet_at : now + 1;
+            next = due; /* nothing worth watching until large frees come back */
+        else /* within the threshold: one more look once the heap is quiet */
+            next = last_alloc + quiet + 1 < due ? last_alloc + quiet + 1 : due;
+        if (next == UINT64_MAX)
+            return 0;
+    } else {
+        if (limited && next > now + FA_RELEASE_PRESSURE_POLL_MS)
+            next = now + FA_RELEASE_PRESSURE_POLL_MS;
+        if (due < next)
+            next = due;
     }
-    if (limited && next > now + FA_RELEASE_PRESSURE_POLL_MS)
-        next = now + FA_RELEASE_PRESSURE_POLL_MS;
     return next > now ? next : now + 1;
 }
 
@@ -430,6 +505,8 @@ void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])
         bytes[i] = __atomic_load_n(&by_reason[i], __ATOMIC_RELAXED);
 }
 
+uint64_t fa_release_hold_ms(void) { return delay_ms() * __atomic_load_n(&idle_l.factor, __ATOMIC_RELAXED); }
+
 bool fa_release_in_background(void)
 {
     return __atomic_load_n(&background, __ATOMIC_RELAXED) == BG_THREAD || __atomic_load_n(&polling, __ATOMIC_RELAXED);
@@ -447,7 +524,12 @@ void fa_release_fork_child(void)
     decay_ready = 0;
     last_alloc_ms = prev_alloc_ms = 0;
     polled_held = 0;
-    memset(&judge, 0, sizeof judge);
+    /* The child learns its own holds (a worker rarely reuses its parent's
+     * working set). */
+    busy_l.factor = busy_l.min;
+    idle_l.factor = idle_l.min;
+    busy_l.released = idle_l.released = 0;
+    last_commit = spell_begin_ms = spell_end_ms = 0;
     inline_due_ms = 0;
     background = BG_NONE;
     fa_pressure_reset();

@@ -76,6 +76,10 @@ void fa_release_advise_huge(void *p, size_t n);
 size_t fa_release_all(void);
 /* Returns to the OS so far: count, and bytes by reason (snapshot.h). */
 void fa_release_totals(uint64_t *releases, uint64_t by_reason[FA_REL_COUNT]);
+/* How long free memory must stay unused, while the program makes no large
+ * allocation, before it goes back: the delay times what was learnt from
+ * regret (0 with FORGEALLOC_RELEASE_DELAY=0). */
+uint64_t fa_release_hold_ms(void);
 /* True while the background thread runs the policy. */
 bool fa_release_in_background(void);
 void fa_release_fork_child(void);

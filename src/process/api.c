@@ -94,6 +94,7 @@ static int lookup(const fa_snapshot *s, const char *key, uint64_t *v)
 #define FA_REL_KEY(name, doc) {"host.release." #name "_bytes", s->released_by[FA_REL_##name]},
         FA_RELEASE_REASONS(FA_REL_KEY)
 #undef FA_REL_KEY
+        {"host.release.hold_ms", s->release_hold_ms},
         {"host.thread_records", s->stat_records},
         {"host.interposed", s->malloc_server == FA_SERVER_SELF},
         {"device.devices", (uint64_t)s->ndevices},

@@ -2,9 +2,9 @@
  *
  * The thread sleeps on a futex word until the earliest of: the release
  * policy's next tick, the next periodic dump, the device pools' next look
- * at what they grew; with none due it sleeps
- * until woken.  Waking costs a system call only while it sleeps without a
- * deadline.  It holds no lock of ours while it calls into tcmalloc, so
+ * at what they grew; with none due it sleeps until woken.  Waking costs a
+ * system call only while it sleeps without a deadline or with one further
+ * than WAKE_SLACK_MS away.  It holds no lock of ours while it calls into tcmalloc, so
  * tcmalloc's own fork handlers (which take every tcmalloc lock) never wait
  * on us, and fork needs nothing from it: the child simply has no thread. */
 #define _GNU_SOURCE
@@ -30,7 +30,10 @@
 enum { IDLE, STARTING, RUNNING, UNAVAILABLE };
 static int state;
 static unsigned word;    /* futex: bumped by every wake */
-static int sleeping;     /* waiting without a deadline */
+/* While it waits: its deadline (UINT64_MAX: none); 0 while awake. */
+static uint64_t wake_at;
+/* A wake is worth a system call when the thread would sleep longer. */
+#define WAKE_SLACK_MS 100
 static int stopping;     /* exit under way */
 static int working;      /* inside a tick or a dump */
 static uint64_t interval_ms, next_dump_ms;
@@ -85,14 +88,11 @@ static void *thread_main(void *arg)
         __atomic_store_n(&working, 0, __ATOMIC_RELEASE);
         if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
             break;
-        if (next == 0) {
-            __atomic_store_n(&sleeping, 1, __ATOMIC_RELEASE);
-            futex_wait(seen, 0);
-            __atomic_store_n(&sleeping, 0, __ATOMIC_RELEASE);
-        } else {
-            now = mono_ms();
-            if (next > now)
-                futex_wait(seen, next - now);
+        now = mono_ms();
+        if (next == 0 || next > now) {
+            __atomic_store_n(&wake_at, next ? next : UINT64_MAX, __ATOMIC_SEQ_CST);
+            futex_wait(seen, next ? next - now : 0);
+            __atomic_store_n(&wake_at, 0, __ATOMIC_RELEASE);
         }
     }
     return NULL;
@@ -132,10 +132,15 @@ bool fa_background_wake(void)
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         return false;
     switch (__atomic_load_n(&state, __ATOMIC_ACQUIRE)) {
-    case RUNNING:
-        if (__atomic_load_n(&sleeping, __ATOMIC_ACQUIRE))
-            futex_wake();
+    case RUNNING: {
+        /* The bump alone makes a wait about to begin return at once; the
+         * system call wakes one under way. */
+        __atomic_add_fetch(&word, 1, __ATOMIC_SEQ_CST);
+        uint64_t at = __atomic_load_n(&wake_at, __ATOMIC_SEQ_CST);
+        if (at && at > mono_ms() + WAKE_SLACK_MS)
+            syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
         return true;
+    }
     case STARTING:
         return true;
     case UNAVAILABLE:
@@ -195,7 +200,7 @@ void fa_background_fork_child(void)
 {
     state = IDLE;
     word = 0;
-    sleeping = 0;
+    wake_at = 0;
     working = 0;
     /* Periodic dumps go on in the child: its thread starts at the next wake
      * (the release policy's, or the next report's), not here, because

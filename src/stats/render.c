@@ -165,6 +165,7 @@ void fa_render_json(fa_buf *b, const fa_snapshot *s)
 #undef FA_REL_JSON
         if (s->tc_valid)
             json_u64(b, "held_free_bytes", s->tc[FA_TC_pageheap_free_bytes], &rfirst);
+        json_u64(b, "hold_ms", s->release_hold_ms, &rfirst);
         json_key(b, "background", &rfirst);
         fa_buf_str(b, s->release_background ? "true" : "false");
         fa_buf_putc(b, '}');
@@ -321,9 +322,9 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
 #undef FA_REL_TEXT
     fa_buf_printf(b, "%skeeps ", sep);
     fa_buf_bytes(b, fa_opt_u64(FA_OPT_RELEASE_THRESHOLD));
-    if (fa_opt_u64(FA_OPT_RELEASE_DELAY)) {
+    if (s->release_hold_ms) {
         fa_buf_str(b, ", returns what stays free for ");
-        fa_buf_fixed(b, (double)fa_opt_u64(FA_OPT_RELEASE_DELAY) / 1000.0, 1);
+        fa_buf_fixed(b, (double)s->release_hold_ms / 1000.0, 1);
         fa_buf_str(b, " s");
     }
     fa_buf_str(b, "); release rate ");
@@ -455,6 +456,9 @@ void fa_render_prometheus(fa_buf *b, const fa_snapshot *s)
     prom_metric(b, s, "host_release_" #name "_bytes_total", "counter", doc, s->released_by[FA_REL_##name]);
     FA_RELEASE_REASONS(FA_REL_PROM)
 #undef FA_REL_PROM
+    prom_metric(b, s, "host_release_hold_ms", "gauge",
+                "free memory unused this long while no large allocation is made goes back to the OS",
+                s->release_hold_ms);
     if (s->tc_valid) {
         for (int i = 0; i < FA_TC_COUNT; i++) {
             char nbuf[80];

@@ -124,6 +124,7 @@ typedef struct fa_snapshot {
     uint64_t releases, released_bytes; /* returns to the OS made by forgealloc */
     uint64_t released_by[FA_REL_COUNT]; /* released_bytes by reason */
     bool release_background;            /* the background thread runs the policy */
+    uint64_t release_hold_ms;           /* free memory unused this long goes back (0: at once) */
     bool in_signal;     /* taken in a signal handler: tcmalloc is not called */
     bool tc_valid;      /* false when no copy of tcmalloc's numbers was available */
     uint64_t tc_age_ms; /* age of that copy (0: read now) */

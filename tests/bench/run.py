@@ -82,6 +82,9 @@ LARGE_CHURN_STEPS = (600, 1500)
 SETTLE_S = 6  # an idle process: RSS is read this long after the last free
 MODEL_SIZES_MIB = ("100,160", "150,250,300,400")
 MODEL_CYCLES = (2, 3)
+PROMPT_ENCODER_MIB = ("100", "1300")  # SDXL's text encoders in fp16: about 1.3 GB
+PROMPT_CHANGES = ("3", "6")
+PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
 DEVICE_PAIRS = (200_000, 1_000_000)  # cudaMalloc+cudaFree pairs per thread
@@ -162,6 +165,18 @@ WORKLOADS = (
             ("switch_s", "s switching", 1),
             ("rss_after_unload_max", "MB max after unload", 1 / MB),
             ("anon_settled", "MB anon settled", 1 / MB),
+        ),
+        needs_module="torch",
+    ),
+    Workload(
+        "prompt-change",
+        "text encoder moved to the host per prompt, freed, host still while the GPU generates",
+        "prompt_change.py",
+        ("--encoder", PROMPT_ENCODER_MIB, "--prompts", PROMPT_CHANGES, "--gap", PROMPT_GAP_S),
+        allocators=("glibc", "tcmalloc", "jemalloc", "forgealloc"),
+        metrics=(
+            ("offload_ms", "ms/offload", 1),
+            ("anon_gap_median", "MB anon between prompts", 1 / MB),
         ),
         needs_module="torch",
     ),

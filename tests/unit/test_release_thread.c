@@ -215,6 +215,39 @@ static void test_threads(void **state)
     assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
 }
 
+/* A program that frees a large working set, sits still a while and needs
+ * it again (a text encoder moved to the host for each prompt): the first
+ * cycles pay for a return, then the hold grows past the cycle and the
+ * memory stays; once the cycles stop, it still goes back. */
+static void test_regret_stretches_hold(void **state)
+{
+    (void)state;
+    fa_release_fork_child(); /* start from the delay: nothing learnt yet */
+    uintptr_t base = (uintptr_t)5 << 44;
+    uint64_t hold0 = fa_release_hold_ms(), returned[8];
+    for (int cycle = 0; cycle < 8; cycle++) {
+        uint64_t before = released(FA_REL_delay);
+        for (uintptr_t i = 0; i < 50; i++)
+            large_alloc(base + (i << 32), 4 * MB);
+        for (uintptr_t i = 0; i < 50; i++)
+            large_free(base + (i << 32));
+        sleep_ms(900); /* 3x the 300 ms delay: quiet by the first hold */
+        returned[cycle] = released(FA_REL_delay) - before;
+    }
+    assert_true(returned[0] >= 150 * MB);    /* the first gap looked idle */
+    assert_true(fa_release_hold_ms() > 900); /* the hold outgrew the gap */
+    assert_true(fa_release_hold_ms() > hold0);
+    /* One return teaches it: the hold now covers the spell (a cycle of
+     * slack for a loaded machine), and nothing went back since. */
+    for (int cycle = 3; cycle < 8; cycle++)
+        assert_int_equal(returned[cycle], 0);
+    /* The cycles stop: it all goes back after the learnt hold. */
+    for (int ms = 0; ms < 15000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 2 * MB; ms += 50)
+        sleep_ms(50);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 2 * MB);
+    fa_release_fork_child(); /* the next tests start from the delay again */
+}
+
 /* Exit while a release is under way: stop waits for it, briefly. */
 static void test_stop_while_releasing(void **state)
 {
@@ -266,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_idle_settles),
         cmocka_unit_test(test_churn_keeps),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_regret_stretches_hold),
         cmocka_unit_test(test_stop_while_releasing),
         cmocka_unit_test(test_no_thread_falls_back_to_calls),
     };
