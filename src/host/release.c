@@ -129,8 +129,9 @@ static int decay_lock, decay_ready;
  * regret stretches the window past the idle spell it cut short (from the
  * last large allocation before the release to the first one after), so the
  * next spell like it keeps its memory; one return per kind of spell, not
- * one per prompt.  The idle hold is at most IDLE_MAX delays (32 s with the
- * default 2 s), and pressure returns memory whatever the hold. */
+ * one per prompt.  The idle window is at most IDLE_MAX delays (32 s with
+ * the default 2 s), the quiet time one delay more, and pressure returns
+ * memory whatever the hold. */
 typedef struct {
     unsigned factor, min, max;
     uint64_t released, recommitted, until_ms;
@@ -334,10 +335,11 @@ uint64_t fa_release_tick(uint64_t now)
      * call that runs this tick when there is no thread, is not a churn). */
     busy_heap = prev_alloc_ms && now < prev_alloc_ms + delay;
     uint64_t idle = !delay ? held : busy_heap ? fa_decay_idle(&active) : fa_decay_idle(&decay);
-    /* Quiet: no large allocation for twice the delay (a WebUI between
-     * prompts).  The threshold kept for the next allocation's sake goes
-     * too: the process settles as low as glibc with malloc_trim. */
-    uint64_t last_alloc = last_alloc_ms, quiet = 2 * delay * idle_l.factor;
+    /* Quiet: no large allocation for the idle window and one delay more
+     * (a WebUI between prompts).  The threshold kept for the next
+     * allocation's sake goes too: the process settles as low as glibc with
+     * malloc_trim. */
+    uint64_t last_alloc = last_alloc_ms, quiet = delay * (idle_l.factor + 1);
     if (delay && now >= last_alloc + quiet)
         keep = 0;
     uint64_t next = fa_decay_next_ms(&decay);
