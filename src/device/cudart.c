@@ -10,7 +10,9 @@
 
 #include "../core/log.h"
 
-static fa_cudart rt;
+/* Written once, under the lock, before `found` publishes it; until then
+ * callers get `none` (every function missing). */
+static fa_cudart rt, none;
 static int found; /* 1 once a runtime was found; until then every call looks again */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -25,47 +27,62 @@ static int find_loaded(struct dl_phdr_info *info, size_t size, void *data)
         return 0;
     size_t n = strlen(name);
     if (n >= sizeof rt.path)
-        return 0;
+        return 0; /* data is a fa_cudart's path */
     memcpy(data, name, n + 1);
     return 1;
 }
 
-static void resolve(void)
+/* Look for the runtime into *r; true when found.  The loader's own lock is
+ * taken inside (dlsym, dl_iterate_phdr, dlopen), so no lock of ours is held
+ * here: a library constructor that calls cudaMalloc while the loader lock
+ * is held must not wait on us while we wait on the loader. */
+static bool resolve(fa_cudart *r)
 {
-    rt.path[0] = '\0';
+    memset(r, 0, sizeof *r);
     /* Where does the next cudaMalloc after ours live? */
     void *next = dlsym(RTLD_NEXT, "cudaMalloc");
     Dl_info info;
-    if (next && dladdr(next, &info) && info.dli_fname && strlen(info.dli_fname) < sizeof rt.path)
-        strcpy(rt.path, info.dli_fname);
+    if (next && dladdr(next, &info) && info.dli_fname && strlen(info.dli_fname) < sizeof r->path)
+        strcpy(r->path, info.dli_fname);
     else
-        dl_iterate_phdr(find_loaded, rt.path); /* loaded with RTLD_LOCAL */
-    if (!rt.path[0])
-        return;
+        dl_iterate_phdr(find_loaded, r->path); /* loaded with RTLD_LOCAL */
+    if (!r->path[0])
+        return false;
     /* RTLD_NOLOAD: only a library that is already there; never load one. */
-    void *h = dlopen(rt.path, RTLD_LAZY | RTLD_NOLOAD);
+    void *h = dlopen(r->path, RTLD_LAZY | RTLD_NOLOAD);
     if (!h) {
-        rt.path[0] = '\0';
-        return;
+        r->path[0] = '\0';
+        return false;
     }
-#define FA_CUDART_LOOKUP(name, ret, params, args) *(void **)&rt.name = dlsym(h, #name);
+#define FA_CUDART_LOOKUP(name, ret, params, args) *(void **)&r->name = dlsym(h, #name);
     FA_CUDART_FUNCS(FA_CUDART_LOOKUP)
 #undef FA_CUDART_LOOKUP
-    /* The handle stays open: the runtime must outlive our use of it. */
-    fa_debug("CUDA runtime functions from %s", rt.path);
-    __atomic_store_n(&found, 1, __ATOMIC_RELEASE);
+    /* The handle stays open: the runtime must outlive our use of it (two
+     * threads racing here open it twice; the count only keeps it loaded). */
+    return true;
 }
 
 const fa_cudart *fa_cudart_get(void)
 {
-    if (!__atomic_load_n(&found, __ATOMIC_ACQUIRE)) {
-        pthread_mutex_lock(&lock);
-        if (!found)
-            resolve();
-        pthread_mutex_unlock(&lock);
+    if (__atomic_load_n(&found, __ATOMIC_ACQUIRE))
+        return &rt;
+    fa_cudart mine;
+    if (!resolve(&mine))
+        return &none;
+    pthread_mutex_lock(&lock); /* only around the copy: the first one wins */
+    bool first = !found;
+    if (first) {
+        rt = mine;
+        __atomic_store_n(&found, 1, __ATOMIC_RELEASE);
     }
+    pthread_mutex_unlock(&lock);
+    if (first)
+        fa_debug("CUDA runtime functions from %s", rt.path);
     return &rt;
 }
+
+/* A fork while another thread copied: the child's lock starts free. */
+void fa_cudart_fork_child(void) { pthread_mutex_init(&lock, NULL); }
 
 /* ---- the driver's functions through the runtime ---------------------------- */
 

@@ -20,6 +20,7 @@ typedef struct fa_cudart {
 
 /* The runtime's functions (members NULL when missing).  Never NULL. */
 const fa_cudart *fa_cudart_get(void);
+void fa_cudart_fork_child(void);
 
 /* The driver's virtual-memory functions, from the runtime's
  * cudaGetDriverEntryPointByVersion (or cudaGetDriverEntryPoint): libcuda is

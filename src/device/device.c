@@ -1047,6 +1047,7 @@ void fa_device_fork_parent(void)
 
 void fa_device_fork_child(void)
 {
+    fa_cudart_fork_child();
     /* CUDA contexts do not survive fork: the child starts with no pools
      * and counts its own calls. */
     if (!fork_locks)

@@ -22,14 +22,14 @@ from harness import check, run_case  # noqa: E402
 A = None
 
 
-def run(args, prog="d_pool", **env):
+def run(args, prog="d_pool", timeout=170, **env):
     e = {k: v for k, v in os.environ.items() if not k.startswith(("FORGEALLOC_", "FAKECUDA_", "PYTORCH_"))}
     # The stand-in, never a real libcudart the machine may have in its cache.
     e["LD_LIBRARY_PATH"] = A.cudart_dir
     e["LD_PRELOAD"] = A.lib
     e["FAKECUDA_VMM"] = A.vmm
     e.update({k: str(v) for k, v in env.items()})
-    r = subprocess.run([os.path.join(A.bindir, prog)] + args, env=e, capture_output=True, text=True, timeout=170)
+    r = subprocess.run([os.path.join(A.bindir, prog)] + args, env=e, capture_output=True, text=True, timeout=timeout)
     return r
 
 
@@ -173,6 +173,15 @@ def case_blind_settings():
 
 def case_rtld_local():
     ok(run([], prog="d_rtld"), "framework loaded with RTLD_LOCAL")
+
+
+def case_loader_lock():
+    try:
+        r = run([], prog="d_loader", timeout=30)
+    except subprocess.TimeoutExpired:
+        check(False, "a cudaMalloc in a library constructor and a first cudaMalloc on another thread deadlocked")
+        return
+    ok(r, "cudaMalloc in a library constructor while another thread makes the first call")
 
 
 def case_missing_runtime():
