@@ -14,6 +14,12 @@
  *   p_release churn16 N  16 live blocks of 1-32 MB (log-uniform), one
  *                      freed and re-allocated per step for N steps, every
  *                      page touched; prints "releases N"
+ *   p_release prompt N GAP_MS  N cycles of: 160 MB in 4 MB blocks
+ *                      allocated, touched, all freed, GAP_MS asleep (a text
+ *                      encoder moved to the host per prompt); prints
+ *                      "returned_mb" per cycle and "hold_ms", then sleeps
+ *                      until RSS is within 64 MB of its start:
+ *                      "settled_after_ms T" (-1: not within 20 s)
  *   p_release hold MB S  MB in 4 MB blocks allocated, touched, all freed;
  *                      prints "freed", sleeps S seconds, prints RSS
  *   p_release need MB  allocates and touches MB; prints "got"
@@ -296,6 +302,38 @@ int main(int argc, char **argv)
                (unsigned long long)((stat_of("host.released_bytes") - bytes_before) / MB));
         for (int i = 0; i < LIVE; i++)
             free(live[i]);
+        return 0;
+    }
+    if (strcmp(mode, "prompt") == 0) {
+        int cycles = argc > 2 ? atoi(argv[2]) : 6;
+        long gap_ms = argc > 3 ? atol(argv[3]) : 1000;
+        long start = rss_mb();
+        enum { BLOCKS = 40 };
+        char *b[BLOCKS];
+        printf("returned_mb");
+        for (int c = 0; c < cycles; c++) {
+            uint64_t before = stat_of("host.released_bytes");
+            for (int i = 0; i < BLOCKS; i++) {
+                b[i] = malloc(4 * MB);
+                touch(b[i], 4 * MB);
+            }
+            for (int i = 0; i < BLOCKS; i++)
+                free(b[i]);
+            struct timespec ts = {gap_ms / 1000, (gap_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            printf(" %llu", (unsigned long long)((stat_of("host.released_bytes") - before) / MB));
+        }
+        printf("\nhold_ms %llu\n", (unsigned long long)stat_of("host.release.hold_ms"));
+        long after = -1;
+        for (long ms = 0; ms <= 20000; ms += 50) {
+            if (rss_mb() <= start + 64) {
+                after = ms;
+                break;
+            }
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        printf("settled_after_ms %ld\n", after);
         return 0;
     }
     if (strcmp(mode, "churn") == 0) {

@@ -215,6 +215,22 @@ def case_release_churn():
     check(releases > 0, "control: the immediate rule made no return either; the churn does not exercise the policy")
 
 
+def case_release_prompt():
+    """Memory freed before an idle spell and needed again after it (a text
+    encoder moved to the host for each prompt) is returned once, then kept:
+    the idle window stretches past the spell.  When the cycles stop it still
+    goes back, after the learnt hold."""
+    r = run([prog("p_release"), "prompt", "7", "1000"], env=base_env(FORGEALLOC_RELEASE_DELAY="300ms"))
+    check(r.returncode == 0, r.stderr)
+    returned = [int(x) for x in re.search(r"returned_mb((?: \d+)+)", r.stdout).group(1).split()]
+    hold = int(re.search(r"hold_ms (\d+)", r.stdout).group(1))
+    settled = int(re.search(r"settled_after_ms (-?\d+)", r.stdout).group(1))
+    check(returned[0] >= 100, f"the first 1 s spell returned only {returned[0]} MB; the cycle does not look idle")
+    check(all(mb == 0 for mb in returned[3:]), f"returns per cycle {returned}: later cycles should keep it")
+    check(hold > 1000, f"host.release.hold_ms {hold}: should have grown past the 1 s spell")
+    check(0 <= settled <= 2 * hold + 3000, f"after the cycles RSS settled after {settled} ms (hold {hold} ms)")
+
+
 def case_release_realloc():
     """A realloc of a large block that fails leaves it known to the release
     policy: its later free still counts (immediate rule, 8 MB threshold)."""
