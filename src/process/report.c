@@ -41,6 +41,7 @@ void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
     s->forked = forked;
     ssize_t n = readlink("/proc/self/exe", s->exe, sizeof s->exe - 1);
     s->exe[n > 0 ? n : 0] = '\0';
+    fa_options_copy(s->settings);
     fa_host_fill(s);
     fa_device_fill(s);
 }

@@ -65,7 +65,7 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         const fa_option_desc *d = &fa_option_table[i];
         if (d->scope != FA_SCOPE_LIB)
             continue;
-        const fa_optval *v = fa_opt((enum fa_opt_id)i);
+        const fa_optval *v = &s->settings[i];
         char kbuf[64];
         fa_buf k;
         fa_buf_init(&k, kbuf, sizeof kbuf);
@@ -86,7 +86,7 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         case FA_TYPE_SIZE_POW2: fa_buf_u64(b, v->u); break;
         case FA_TYPE_SIZE_PCT:
             if (v->is_pct) {
-                fa_option_format(&t, (enum fa_opt_id)i);
+                fa_option_format_value(&t, (enum fa_opt_id)i, v);
                 fa_buf_json_str(b, tbuf);
             } else {
                 fa_buf_u64(b, v->u);
@@ -97,7 +97,7 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         case FA_TYPE_BOOL: fa_buf_str(b, v->u ? "true" : "false"); break;
         case FA_TYPE_ENUM:
         case FA_TYPE_PATH:
-            fa_option_format(&t, (enum fa_opt_id)i);
+            fa_option_format_value(&t, (enum fa_opt_id)i, v);
             fa_buf_json_str(b, tbuf);
             break;
         }
@@ -287,7 +287,7 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
         fa_buf_str(b, ", ");
         fa_buf_grouped(b, s->host.large_allocs);
         fa_buf_str(b, " at or above ");
-        fa_buf_bytes(b, fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT));
+        fa_buf_bytes(b, s->settings[FA_OPT_LARGE_ALLOC_REPORT].u);
     }
     fa_buf_str(b, "\n  memory: rss ");
     fa_buf_bytes(b, s->rss_bytes);
@@ -321,7 +321,7 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     FA_RELEASE_REASONS(FA_REL_TEXT)
 #undef FA_REL_TEXT
     fa_buf_printf(b, "%skeeps ", sep);
-    fa_buf_bytes(b, fa_opt_u64(FA_OPT_RELEASE_THRESHOLD));
+    fa_buf_bytes(b, s->settings[FA_OPT_RELEASE_THRESHOLD].u);
     if (s->release_hold_ms) {
         fa_buf_str(b, ", returns what stays free for ");
         fa_buf_fixed(b, (double)s->release_hold_ms / 1000.0, 1);

@@ -3,13 +3,15 @@
  * Reports are made in two steps, as google/tcmalloc does: fill a snapshot
  * (host.c, device/pool.c and the registry each fill their part), then render
  * it (render.c) as text, JSON or Prometheus.  Renderers never call into the
- * allocators, so they are testable with a hand-made snapshot. */
+ * allocators and read no live setting (the snapshot carries the settings),
+ * so they are testable with a hand-made snapshot. */
 #ifndef FA_SNAPSHOT_H
 #define FA_SNAPSHOT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../core/options.h"
 #include "stats.h"
 
 /* tcmalloc numeric properties: JSON key host.tcmalloc.<key>, property name. */
@@ -118,6 +120,9 @@ typedef struct fa_snapshot {
     const char *reason; /* "exit", "signal", "interval", "request" */
     uint64_t time_unix_ms;
     uint64_t uptime_ms;
+    /* the settings in effect when the snapshot was taken (fa_options_copy):
+     * the JSON config object, the thresholds the text names */
+    fa_optval settings[FA_OPT_COUNT];
     /* host */
     fa_tstats host;
     uint64_t rss_bytes, peak_rss_bytes;

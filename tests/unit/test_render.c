@@ -18,6 +18,7 @@ static char out[256 * 1024];
 static void fill(fa_snapshot *s)
 {
     memset(s, 0, sizeof *s);
+    fa_options_copy(s->settings);
     s->pid = 4242;
     s->ppid = 1;
     strcpy(s->exe, "/usr/bin/python3 \"quoted\"\\dir\xff");
