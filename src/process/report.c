@@ -66,6 +66,8 @@ int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason)
     return err;
 }
 
+void fa_report_malloc_stats(void) { fa_report_fd(2, FA_STATS_TEXT, "malloc_stats"); }
+
 size_t fa_report_json(char *buf, size_t len, const char *reason)
 {
     lock_main();
