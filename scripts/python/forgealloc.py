@@ -128,9 +128,9 @@ def _rows(doc):
     out = [("process", "pid", doc.get("pid"), False), ("process", "uptime s", doc.get("uptime_ms", 0) / 1000, False)]
     for k, v in host.get("calls", {}).items():
         out.append(("host calls", k, v, False))
-    for k in ("bytes_requested", "large_allocs", "rss_bytes", "peak_rss_bytes", "releases", "released_bytes"):
-        if k in host:
-            out.append(("host", k, host[k], k.endswith("bytes")))
+    for k, v in host.items():  # the host numbers of one value each, in the document's order
+        if isinstance(v, int) and not isinstance(v, bool):
+            out.append(("host", k, v, k.endswith("bytes")))
     for k, v in (host.get("release") or {}).items():
         if isinstance(v, int) and not isinstance(v, bool):
             out.append(("release", k, v, k.endswith("bytes")))

@@ -468,10 +468,17 @@ static const char *choice(const char *choices, uint64_t idx, char *tmp, size_t c
     return tmp;
 }
 
-void fa_option_format(fa_buf *b, enum fa_opt_id id)
+void fa_options_copy(fa_optval out[FA_OPT_COUNT])
+{
+    for (int i = 0; i < FA_OPT_COUNT; i++)
+        out[i] = *fa_opt((enum fa_opt_id)i);
+}
+
+void fa_option_format(fa_buf *b, enum fa_opt_id id) { fa_option_format_value(b, id, &values[id]); }
+
+void fa_option_format_value(fa_buf *b, enum fa_opt_id id, const fa_optval *v)
 {
     const fa_option_desc *d = &fa_option_table[id];
-    const fa_optval *v = &values[id];
     char tmp[32];
     switch (d->type) {
     case FA_TYPE_SIZE_PCT:

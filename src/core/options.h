@@ -78,8 +78,13 @@ int fa_options_load(char *const *envp);
 /* Number of invalid settings seen by the last load. */
 int fa_options_invalid_count(void);
 
+/* The effective values, all at once: what a stats snapshot carries. */
+void fa_options_copy(fa_optval out[FA_OPT_COUNT]);
+
 /* The effective value as text ("64 MiB", "json", "12.5%"). */
 void fa_option_format(fa_buf *b, enum fa_opt_id id);
+/* The same for a value of option `id` held elsewhere (a snapshot's copy). */
+void fa_option_format_value(fa_buf *b, enum fa_opt_id id, const fa_optval *v);
 /* Append {"name":..., "type":..., ...} objects for every option: what
  * forgealloc_options_json() and `forgealloc env` show. */
 void fa_options_json(fa_buf *b);

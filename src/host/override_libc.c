@@ -12,7 +12,6 @@
 #include <malloc.h>
 #include <stdlib.h>
 
-#include "../process/report.h"
 #include "host.h"
 
 #define FA_EXPORT __attribute__((visibility("default")))
@@ -58,7 +57,7 @@ FA_EXPORT struct mallinfo mallinfo(void)
     return m;
 }
 FA_EXPORT int malloc_trim(size_t pad) { return fa_host_trim(pad); }
-FA_EXPORT void malloc_stats(void) { fa_report_fd(2, FA_STATS_TEXT, "malloc_stats"); }
+FA_EXPORT void malloc_stats(void) { fa_host_malloc_stats(); }
 FA_EXPORT int malloc_info(int options, FILE *fp) { return fa_host_malloc_info(options, fp); }
 /* Accepted so programs that tune glibc keep working; glibc's parameters
  * (M_MMAP_THRESHOLD, M_ARENA_MAX, ...) have no meaning for tcmalloc.  The

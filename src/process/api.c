@@ -80,22 +80,19 @@ static int lookup(const fa_snapshot *s, const char *key, uint64_t *v)
 #undef FA_DEV_LOOKUP
         return -1;
     }
+    if (strncmp(key, "host.", 5) == 0) {
+#define FA_HOST_LOOKUP(hkey, kind, metric, shown, value, doc) \
+    if (strcmp(key + 5, hkey) == 0)                          \
+        return (shown) ? (*v = (uint64_t)(value), 0) : -1;
+        FA_HOST_FIELDS(FA_HOST_LOOKUP)
+#undef FA_HOST_LOOKUP
+    }
+    /* The numbers outside the tables. */
     const struct {
         const char *key;
         uint64_t value;
     } plain[] = {
         {"pid", (uint64_t)s->pid},
-        {"host.bytes_requested", s->host.bytes_requested},
-        {"host.large_allocs", s->host.large_allocs},
-        {"host.rss_bytes", s->rss_bytes},
-        {"host.peak_rss_bytes", s->peak_rss_bytes},
-        {"host.releases", s->releases},
-        {"host.released_bytes", s->released_bytes},
-#define FA_REL_KEY(name, doc) {"host.release." #name "_bytes", s->released_by[FA_REL_##name]},
-        FA_RELEASE_REASONS(FA_REL_KEY)
-#undef FA_REL_KEY
-        {"host.release.hold_ms", s->release_hold_ms},
-        {"host.thread_records", s->stat_records},
         {"host.interposed", s->malloc_server == FA_SERVER_SELF},
         {"device.devices", (uint64_t)s->ndevices},
     };

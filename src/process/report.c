@@ -41,6 +41,7 @@ void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
     s->forked = forked;
     ssize_t n = readlink("/proc/self/exe", s->exe, sizeof s->exe - 1);
     s->exe[n > 0 ? n : 0] = '\0';
+    fa_options_copy(s->settings);
     fa_host_fill(s);
     fa_device_fill(s);
 }
@@ -64,6 +65,8 @@ int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason)
     unlock_main();
     return err;
 }
+
+void fa_report_malloc_stats(void) { fa_report_fd(2, FA_STATS_TEXT, "malloc_stats"); }
 
 size_t fa_report_json(char *buf, size_t len, const char *reason)
 {

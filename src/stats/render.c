@@ -65,7 +65,7 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         const fa_option_desc *d = &fa_option_table[i];
         if (d->scope != FA_SCOPE_LIB)
             continue;
-        const fa_optval *v = fa_opt((enum fa_opt_id)i);
+        const fa_optval *v = &s->settings[i];
         char kbuf[64];
         fa_buf k;
         fa_buf_init(&k, kbuf, sizeof kbuf);
@@ -86,7 +86,7 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         case FA_TYPE_SIZE_POW2: fa_buf_u64(b, v->u); break;
         case FA_TYPE_SIZE_PCT:
             if (v->is_pct) {
-                fa_option_format(&t, (enum fa_opt_id)i);
+                fa_option_format_value(&t, (enum fa_opt_id)i, v);
                 fa_buf_json_str(b, tbuf);
             } else {
                 fa_buf_u64(b, v->u);
@@ -97,12 +97,59 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         case FA_TYPE_BOOL: fa_buf_str(b, v->u ? "true" : "false"); break;
         case FA_TYPE_ENUM:
         case FA_TYPE_PATH:
-            fa_option_format(&t, (enum fa_opt_id)i);
+            fa_option_format_value(&t, (enum fa_opt_id)i, v);
             fa_buf_json_str(b, tbuf);
             break;
         }
     }
     fa_buf_putc(b, '}');
+}
+
+/* The FA_HOST_FIELDS rows of the "host" object, each under the object its
+ * key's dot names (opened at its first row, closed after its last). */
+typedef struct json_nest {
+    bool *first;       /* the host object's */
+    const char *group; /* the key of the object open now, NULL if none */
+    size_t glen;
+    bool gfirst;       /* the open object's */
+} json_nest;
+
+static void json_host_row(fa_buf *b, json_nest *n, const char *key, enum fa_field_kind kind, uint64_t v)
+{
+    const char *dot = strchr(key, '.');
+    size_t glen = dot ? (size_t)(dot - key) : 0;
+    if (n->group && (glen != n->glen || memcmp(key, n->group, glen) != 0)) {
+        fa_buf_putc(b, '}');
+        n->group = NULL;
+    }
+    if (dot && !n->group) {
+        if (!*n->first)
+            fa_buf_putc(b, ',');
+        *n->first = false;
+        fa_buf_putc(b, '"');
+        fa_buf_mem(b, key, glen);
+        fa_buf_str(b, "\":{");
+        n->group = key;
+        n->glen = glen;
+        n->gfirst = true;
+    }
+    json_key(b, dot ? dot + 1 : key, dot ? &n->gfirst : n->first);
+    if (kind == FA_FLAG)
+        fa_buf_str(b, v ? "true" : "false");
+    else
+        fa_buf_u64(b, v);
+}
+
+static void json_host_fields(fa_buf *b, const fa_snapshot *s, bool *first)
+{
+    json_nest n = {.first = first};
+#define FA_HOST_JSON(key, kind, metric, shown, value, doc) \
+    if (shown)                                             \
+        json_host_row(b, &n, key, kind, (uint64_t)(value));
+    FA_HOST_FIELDS(FA_HOST_JSON)
+#undef FA_HOST_JSON
+    if (n.group)
+        fa_buf_putc(b, '}');
 }
 
 static void json_device(fa_buf *b, const fa_device_stats *d)
@@ -150,27 +197,7 @@ void fa_render_json(fa_buf *b, const fa_snapshot *s)
     }
     fa_buf_putc(b, '}');
     first = false;
-    json_u64(b, "bytes_requested", s->host.bytes_requested, &first);
-    json_u64(b, "large_allocs", s->host.large_allocs, &first);
-    json_u64(b, "rss_bytes", s->rss_bytes, &first);
-    json_u64(b, "peak_rss_bytes", s->peak_rss_bytes, &first);
-    json_u64(b, "releases", s->releases, &first);
-    json_u64(b, "released_bytes", s->released_bytes, &first);
-    json_key(b, "release", &first);
-    {
-        bool rfirst = true;
-        fa_buf_putc(b, '{');
-#define FA_REL_JSON(name, doc) json_u64(b, #name "_bytes", s->released_by[FA_REL_##name], &rfirst);
-        FA_RELEASE_REASONS(FA_REL_JSON)
-#undef FA_REL_JSON
-        if (s->tc_valid)
-            json_u64(b, "held_free_bytes", s->tc[FA_TC_pageheap_free_bytes], &rfirst);
-        json_u64(b, "hold_ms", s->release_hold_ms, &rfirst);
-        json_key(b, "background", &rfirst);
-        fa_buf_str(b, s->release_background ? "true" : "false");
-        fa_buf_putc(b, '}');
-    }
-    json_u64(b, "thread_records", s->stat_records, &first);
+    json_host_fields(b, s, &first);
     /* Who serves malloc: when it is not forgealloc, the calls above are
      * only those that reached it anyway. */
     json_key(b, "interposed", &first);
@@ -287,7 +314,7 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
         fa_buf_str(b, ", ");
         fa_buf_grouped(b, s->host.large_allocs);
         fa_buf_str(b, " at or above ");
-        fa_buf_bytes(b, fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT));
+        fa_buf_bytes(b, s->settings[FA_OPT_LARGE_ALLOC_REPORT].u);
     }
     fa_buf_str(b, "\n  memory: rss ");
     fa_buf_bytes(b, s->rss_bytes);
@@ -312,16 +339,16 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
     fa_buf_grouped(b, s->releases);
     fa_buf_str(b, " returns (");
     const char *sep = "";
-#define FA_REL_TEXT(name, doc)                                \
+#define FA_REL_TEXT(name, doc, arg)                           \
     if (s->released_by[FA_REL_##name]) {                     \
         fa_buf_printf(b, "%s%s ", sep, #name);               \
         fa_buf_bytes(b, s->released_by[FA_REL_##name]);      \
         sep = ", ";                                          \
     }
-    FA_RELEASE_REASONS(FA_REL_TEXT)
+    FA_RELEASE_REASONS(FA_REL_TEXT, )
 #undef FA_REL_TEXT
     fa_buf_printf(b, "%skeeps ", sep);
-    fa_buf_bytes(b, fa_opt_u64(FA_OPT_RELEASE_THRESHOLD));
+    fa_buf_bytes(b, s->settings[FA_OPT_RELEASE_THRESHOLD].u);
     if (s->release_hold_ms) {
         fa_buf_str(b, ", returns what stays free for ");
         fa_buf_fixed(b, (double)s->release_hold_ms / 1000.0, 1);
@@ -404,6 +431,22 @@ static void prom_metric(fa_buf *b, const fa_snapshot *s, const char *name, const
     prom_value(b, s, name, NULL, v);
 }
 
+/* A FA_HOST_FIELDS row as forgealloc_host_<key>: the dot as an underscore,
+ * _total after a counter's name. */
+static void prom_host_metric(fa_buf *b, const fa_snapshot *s, const char *key, enum fa_field_kind kind,
+                             const char *help, uint64_t v)
+{
+    char nbuf[80];
+    fa_buf n;
+    fa_buf_init(&n, nbuf, sizeof nbuf);
+    fa_buf_str(&n, "host_");
+    for (const char *c = key; *c; c++)
+        fa_buf_putc(&n, *c == '.' ? '_' : *c);
+    if (kind == FA_COUNTER)
+        fa_buf_str(&n, "_total");
+    prom_metric(b, s, nbuf, kind == FA_COUNTER ? "counter" : "gauge", help, v);
+}
+
 /* A label value from outside (a path): escape \\ and ", replace controls. */
 static void prom_label_value(fa_buf *b, const char *v)
 {
@@ -440,25 +483,15 @@ void fa_render_prometheus(fa_buf *b, const fa_snapshot *s)
     prom_value(b, s, "host_alloc_size_bytes_bucket", "le=\"+Inf\"", cum);
     prom_value(b, s, "host_alloc_size_bytes_sum", NULL, s->host.bytes_requested);
     prom_value(b, s, "host_alloc_size_bytes_count", NULL, cum);
-    prom_metric(b, s, "host_large_allocs_total", "counter", "allocations at or above the large-allocation threshold",
-                s->host.large_allocs);
     prom_head(b, "host_interposed", "gauge", "1 when forgealloc serves malloc, 0 when the library in served_by does");
     fa_buf_printf(b, "forgealloc_host_interposed{pid=\"%d\",served_by=\"", s->pid);
     prom_label_value(b, s->served_by ? s->served_by : "");
     fa_buf_printf(b, "\"} %d\n", s->malloc_server == FA_SERVER_SELF);
-    prom_metric(b, s, "host_rss_bytes", "gauge", "resident set size", s->rss_bytes);
-    prom_metric(b, s, "host_peak_rss_bytes", "gauge", "peak resident set size", s->peak_rss_bytes);
-    prom_metric(b, s, "host_releases_total", "counter", "returns of free memory to the OS made by forgealloc",
-                s->releases);
-    prom_metric(b, s, "host_released_bytes_total", "counter", "bytes forgealloc returned to the OS",
-                s->released_bytes);
-#define FA_REL_PROM(name, doc) \
-    prom_metric(b, s, "host_release_" #name "_bytes_total", "counter", doc, s->released_by[FA_REL_##name]);
-    FA_RELEASE_REASONS(FA_REL_PROM)
-#undef FA_REL_PROM
-    prom_metric(b, s, "host_release_hold_ms", "gauge",
-                "free memory unused this long while no large allocation is made goes back to the OS",
-                s->release_hold_ms);
+#define FA_HOST_PROM(key, kind, metric, shown, value, doc) \
+    if (metric == FA_METRIC && (shown))                    \
+        prom_host_metric(b, s, key, kind, doc, (uint64_t)(value));
+    FA_HOST_FIELDS(FA_HOST_PROM)
+#undef FA_HOST_PROM
     if (s->tc_valid) {
         for (int i = 0; i < FA_TC_COUNT; i++) {
             char nbuf[80];

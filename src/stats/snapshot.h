@@ -3,13 +3,15 @@
  * Reports are made in two steps, as google/tcmalloc does: fill a snapshot
  * (host.c, device/pool.c and the registry each fill their part), then render
  * it (render.c) as text, JSON or Prometheus.  Renderers never call into the
- * allocators, so they are testable with a hand-made snapshot. */
+ * allocators and read no live setting (the snapshot carries the settings),
+ * so they are testable with a hand-made snapshot. */
 #ifndef FA_SNAPSHOT_H
 #define FA_SNAPSHOT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../core/options.h"
 #include "stats.h"
 
 /* tcmalloc numeric properties: JSON key host.tcmalloc.<key>, property name. */
@@ -32,20 +34,78 @@ enum fa_tc_prop {
 extern const char *const fa_tc_keys[FA_TC_COUNT];
 extern const char *const fa_tc_props[FA_TC_COUNT];
 
-/* Why forgealloc returned free host memory to the OS: JSON key
- * host.release.<reason>_bytes. */
-#define FA_RELEASE_REASONS(X)                                                                          \
-    X(delay, "free memory that stayed unused for FORGEALLOC_RELEASE_DELAY (also while the program idles)") \
-    X(threshold, "returned at once past FORGEALLOC_RELEASE_THRESHOLD (FORGEALLOC_RELEASE_DELAY=0)")        \
-    X(pressure, "returned at once because the memory cgroup or the machine ran short")                    \
-    X(request, "returned on request: malloc_trim, forgealloc_release")
+/* Why forgealloc returned free host memory to the OS, with the meaning of
+ * host.release.<reason>_bytes.  X(reason, doc, arg): `arg` is the second
+ * argument of FA_RELEASE_REASONS, passed through (FA_HOST_FIELDS passes its
+ * own X there to make a host row of each reason). */
+#define FA_RELEASE_REASONS(X, arg)                                                                           \
+    X(delay, "free memory that stayed unused for FORGEALLOC_RELEASE_DELAY (also while the program idles)", arg) \
+    X(threshold, "returned at once past FORGEALLOC_RELEASE_THRESHOLD (FORGEALLOC_RELEASE_DELAY=0)", arg)        \
+    X(pressure, "returned at once because the memory cgroup or the machine ran short", arg)                    \
+    X(request, "returned on request: malloc_trim, forgealloc_release", arg)
 
 enum fa_release_reason {
-#define FA_REL_ENUM(name, doc) FA_REL_##name,
-    FA_RELEASE_REASONS(FA_REL_ENUM)
+#define FA_REL_ENUM(name, doc, arg) FA_REL_##name,
+    FA_RELEASE_REASONS(FA_REL_ENUM, )
 #undef FA_REL_ENUM
     FA_REL_COUNT
 };
+
+/* Kinds and Prometheus exposure of FA_HOST_FIELDS rows. */
+enum fa_field_kind {
+    FA_COUNTER, /* only grows */
+    FA_GAUGE,   /* goes up and down */
+    FA_FLAG,    /* true or false: JSON true/false, 0/1 for forgealloc_stat and Prometheus */
+};
+enum fa_field_metric {
+    FA_NO_METRIC, /* not a Prometheus metric of its own */
+    FA_METRIC,    /* a Prometheus metric of its own (FA_HOST_FIELDS says its name) */
+};
+
+/* The host numbers of one value each, in the order of the JSON "host"
+ * object (after "calls"): every row is a JSON key host.<key>, the
+ * forgealloc_stat key of the same name and, where `metric` says so, the
+ * Prometheus metric forgealloc_host_<key> (the dot as an underscore, and
+ * _total after a counter's name).  A dot in `key` names the object the
+ * number sits in; the rows of one object are adjacent.
+ *
+ * X(key, kind, metric, shown, value, doc)
+ *   kind    enum fa_field_kind
+ *   metric  enum fa_field_metric; bytes_requested is the _sum of the size
+ *           histogram and held_free_bytes is tcmalloc_pageheap_free_bytes,
+ *           so neither is a metric of its own
+ *   shown   whether the number exists in this snapshot (a key that does
+ *           not is left out of the JSON and unknown to forgealloc_stat),
+ *           an expression of the fa_snapshot `s`
+ *   value   the number, an expression of the fa_snapshot `s`
+ *   doc     its meaning (the metric's HELP)
+ *
+ * Who serves malloc (host.interposed, host.served_by: a flag with a path
+ * that Prometheus shows as a label), the calls, the size histogram and
+ * tcmalloc's numbers have tables and renderings of their own.
+ * tests/check_stats_json.py reads its list of host keys from this table. */
+#define FA_HOST_FIELDS(X)                                                                                      \
+    X("bytes_requested", FA_COUNTER, FA_NO_METRIC, 1, s->host.bytes_requested,                                  \
+      "bytes requested by allocating calls (calloc: n*size)")                                                    \
+    X("large_allocs", FA_COUNTER, FA_METRIC, 1, s->host.large_allocs,                                           \
+      "allocations at or above the large-allocation threshold")                                                  \
+    X("rss_bytes", FA_GAUGE, FA_METRIC, 1, s->rss_bytes, "resident set size")                                   \
+    X("peak_rss_bytes", FA_GAUGE, FA_METRIC, 1, s->peak_rss_bytes, "peak resident set size")                    \
+    X("releases", FA_COUNTER, FA_METRIC, 1, s->releases, "returns of free memory to the OS made by forgealloc")  \
+    X("released_bytes", FA_COUNTER, FA_METRIC, 1, s->released_bytes, "bytes forgealloc returned to the OS")      \
+    FA_RELEASE_REASONS(FA_HOST_RELEASE_ROW, X)                                                                   \
+    X("release.held_free_bytes", FA_GAUGE, FA_NO_METRIC, s->tc_valid, s->tc[FA_TC_pageheap_free_bytes],         \
+      "free memory tcmalloc's page heap holds now (shown when tcmalloc's numbers are known)")                    \
+    X("release.hold_ms", FA_GAUGE, FA_METRIC, 1, s->release_hold_ms,                                            \
+      "free memory unused this long while no large allocation is made goes back to the OS")                      \
+    X("release.background", FA_FLAG, FA_NO_METRIC, 1, s->release_background,                                    \
+      "the background thread runs the release policy")                                                           \
+    X("thread_records", FA_COUNTER, FA_NO_METRIC, 1, s->stat_records,                                           \
+      "per-thread count records ever made (bounded by the peak number of live threads)")
+
+/* A release reason as a row of FA_HOST_FIELDS: host.release.<reason>_bytes. */
+#define FA_HOST_RELEASE_ROW(name, doc, X) \
+    X("release." #name "_bytes", FA_COUNTER, FA_METRIC, 1, s->released_by[FA_REL_##name], doc)
 
 /* Per-device numbers: JSON keys of device.devices[] (DESIGN.md), unit and
  * meaning.  allocs = pool_allocs + fallback_allocs. */
@@ -118,6 +178,9 @@ typedef struct fa_snapshot {
     const char *reason; /* "exit", "signal", "interval", "request" */
     uint64_t time_unix_ms;
     uint64_t uptime_ms;
+    /* the settings in effect when the snapshot was taken (fa_options_copy):
+     * the JSON config object, the thresholds the text names */
+    fa_optval settings[FA_OPT_COUNT];
     /* host */
     fa_tstats host;
     uint64_t rss_bytes, peak_rss_bytes;

@@ -9,8 +9,9 @@
  * exe and blind_reason strings (any bytes: quotes, backslashes, control
  * characters, invalid UTF-8), then every counter, tcmalloc value and
  * per-device field; what is left is an environment block for
- * fa_options_load, since the JSON "config" object shows the settings
- * (a path with any bytes in FORGEALLOC_STATS_FILE, a percentage...).
+ * fa_options_load, whose values the snapshot then carries: the JSON
+ * "config" object shows them (a path with any bytes in
+ * FORGEALLOC_STATS_FILE, a percentage...).
  *
  * Checks, for text, JSON and Prometheus: the rendering into the small
  * buffer keeps the fa_buf contract (support.h) against the complete one,
@@ -265,6 +266,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_env env;
     fz_env_make(&env, r.p, r.n);
     fz_options_load_quietly(env.envp);
+    fa_options_copy(snap.settings);
 
     char *small_store = malloc(cap);
     static const enum fa_stats_format formats[] = {FA_STATS_TEXT, FA_STATS_JSON, FA_STATS_PROMETHEUS, FA_STATS_OFF};

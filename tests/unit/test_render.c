@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -18,6 +19,7 @@ static char out[256 * 1024];
 static void fill(fa_snapshot *s)
 {
     memset(s, 0, sizeof *s);
+    fa_options_copy(s->settings);
     s->pid = 4242;
     s->ppid = 1;
     strcpy(s->exe, "/usr/bin/python3 \"quoted\"\\dir\xff");
@@ -35,6 +37,11 @@ static void fill(fa_snapshot *s)
     for (int i = 0; i < FA_TC_COUNT; i++)
         s->tc[i] = (uint64_t)(i + 1) << 20;
     s->release_rate = 10;
+    for (int i = 0; i < FA_REL_COUNT; i++)
+        s->released_by[i] = (uint64_t)(i + 1) << 20;
+    s->release_hold_ms = 3500;
+    s->release_background = true;
+    s->stat_records = 7;
     s->cuda_seen = true;
     s->ndevices = 2;
     for (int d = 0; d < 2; d++) {
@@ -71,13 +78,17 @@ static void test_json_contract(void **state)
                                 "assert d[\"pid\"]==4242; assert d[\"exe\"].startswith(\"/usr/bin/python3\"); "
                                 "assert d[\"device\"][\"devices\"][1][\"device\"]==1; "
                                 "h=d[\"host\"][\"size_histogram\"]; assert [b[\"count\"] for b in h]==[3,70,1], h; "
-                                "assert h[1][\"min\"]==16 and h[1][\"max\"]==31",
+                                "assert h[1][\"min\"]==16 and h[1][\"max\"]==31; "
+                                "r=d[\"host\"][\"release\"]; assert r[\"pressure_bytes\"]==3<<20, r; "
+                                "assert r[\"held_free_bytes\"]==3<<20 and r[\"hold_ms\"]==3500; "
+                                "assert r[\"background\"] is True and d[\"host\"][\"thread_records\"]==7",
                                 j));
     /* tcmalloc unreadable (signal inside malloc): null, still valid JSON. */
     snap.tc_valid = false;
     j = render(FA_STATS_JSON);
     assert_true(fa_python_check("import json,sys; d=json.load(sys.stdin); "
-                                "assert d[\"host\"][\"tcmalloc\"][\"heap_size\"] is None",
+                                "assert d[\"host\"][\"tcmalloc\"][\"heap_size\"] is None; "
+                                "assert \"held_free_bytes\" not in d[\"host\"][\"release\"]",
                                 j));
 }
 
@@ -104,6 +115,22 @@ static void test_prometheus_lines(void **state)
     assert_non_null(strstr(p, "forgealloc_host_calls_total{pid=\"4242\",function=\"malloc\"} 1000\n"));
     assert_non_null(strstr(p, "forgealloc_host_alloc_size_bytes_bucket{pid=\"4242\",le=\"+Inf\"} 74\n"));
     assert_non_null(strstr(p, "forgealloc_device_pool_allocs_total{pid=\"4242\",device=\"1\"} 90\n"));
+    /* The host metrics made from FA_HOST_FIELDS keep their names and types:
+     * dashboards and alerts use them. */
+    static const char *const host_metrics[] = {
+        "host_large_allocs_total counter", "host_rss_bytes gauge", "host_peak_rss_bytes gauge",
+        "host_releases_total counter", "host_released_bytes_total counter",
+        "host_release_delay_bytes_total counter", "host_release_threshold_bytes_total counter",
+        "host_release_pressure_bytes_total counter", "host_release_request_bytes_total counter",
+        "host_release_hold_ms gauge",
+    };
+    for (size_t i = 0; i < sizeof host_metrics / sizeof host_metrics[0]; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "\n# TYPE forgealloc_%s\n", host_metrics[i]);
+        assert_non_null(strstr(p, line));
+    }
+    assert_non_null(strstr(p, "forgealloc_host_release_hold_ms{pid=\"4242\"} 3500\n"));
+    assert_non_null(strstr(p, "forgealloc_host_release_pressure_bytes_total{pid=\"4242\"} 3145728\n"));
 }
 
 static void test_text(void **state)
