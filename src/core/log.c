@@ -39,18 +39,33 @@ long fa_read_file(const char *path, char *buf, size_t cap)
 
 bool fa_log_enabled(enum fa_log_level level) { return (uint64_t)level <= fa_opt_u64(FA_OPT_LOG); }
 
+static void vlog(char *storage, enum fa_log_level level, const char *fmt, va_list ap)
+{
+    if (!fa_log_enabled(level))
+        return;
+    fa_buf b;
+    fa_buf_init(&b, storage, FA_LOG_LINE_MAX - 1); /* keep room for '\n' */
+    fa_buf_str(&b, "forgealloc: ");
+    fa_buf_vprintf(&b, fmt, ap);
+    storage[b.len] = '\n';
+    fa_write_all(2, storage, b.len + 1);
+}
+
 void fa_log(enum fa_log_level level, const char *fmt, ...)
 {
     if (!fa_log_enabled(level))
         return;
-    char storage[1024];
-    fa_buf b;
-    fa_buf_init(&b, storage, sizeof storage - 1); /* keep room for '\n' */
-    fa_buf_str(&b, "forgealloc: ");
+    char storage[FA_LOG_LINE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    fa_buf_vprintf(&b, fmt, ap);
+    vlog(storage, level, fmt, ap);
     va_end(ap);
-    storage[b.len] = '\n';
-    fa_write_all(2, storage, b.len + 1);
+}
+
+void fa_log_into(char *storage, enum fa_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(storage, level, fmt, ap);
+    va_end(ap);
 }

@@ -10,6 +10,12 @@
  * what to do, naming the variable. */
 void fa_log(enum fa_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool fa_log_enabled(enum fa_log_level level);
+/* The longest line fa_log prints, newline included. */
+#define FA_LOG_LINE_MAX 1024
+/* fa_log with the line built in the caller's storage (FA_LOG_LINE_MAX
+ * bytes) instead of on the stack: for a signal handler, whose buffers are
+ * static. */
+void fa_log_into(char *storage, enum fa_log_level level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Write all of buf to fd, retrying on EINTR and short writes.  Returns 0
  * or the errno value of the failure; errno itself is left unchanged. */
 int fa_write_all(int fd, const char *buf, size_t len);

@@ -27,8 +27,8 @@ static fa_snapshot snap_main, snap_sig;
 static int busy;
 static bool forked;
 static bool warned_write;
-static char tmp_main[4200], tmp_sig[4200];
-static char path_main[4200], path_sig[4200];
+static fa_file_scratch file_main, file_sig;
+static char path_main[FA_FILE_NAME_CAP], path_sig[FA_FILE_NAME_CAP];
 static int sig_owner; /* thread id of the signal dump under way, 0 if none */
 
 void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
@@ -119,12 +119,12 @@ void fa_report_configured(const char *reason, bool in_signal)
         return;
     char *buf = out_buf;
     fa_snapshot *s = &snap_main;
-    char *tmp = tmp_main;
+    fa_file_scratch *file = &file_main;
     char *path = path_main;
     if (in_signal) {
         buf = sig_buf;
         s = &snap_sig;
-        tmp = tmp_sig;
+        file = &file_sig;
         path = path_sig;
     } else {
         lock_main();
@@ -146,12 +146,14 @@ void fa_report_configured(const char *reason, bool in_signal)
         fa_path_parts_here(&parts, s->pid, start_unix_ms(s));
         bool expanded = fa_path_expand(tmpl, &parts, path, sizeof path_main);
         if (expanded)
-            err = fa_file_write_atomic(path, b.p, b.len, tmp, sizeof tmp_main);
+            err = fa_file_write_atomic(path, b.p, b.len, file);
         if (err && !warned_write) {
             warned_write = true;
             char eb[32];
-            fa_warn("cannot write stats to '%s': %s; set FORGEALLOC_STATS_FILE to a writable path, or - for stderr",
-                    expanded ? path : tmpl, fa_errno_text(err, eb, sizeof eb));
+            /* The line is built in buf: the rendering is not needed any more. */
+            fa_log_into(buf, FA_LOG_WARN,
+                        "cannot write stats to '%s': %s; set FORGEALLOC_STATS_FILE to a writable path, or - for stderr",
+                        expanded ? path : tmpl, fa_errno_text(err, eb, sizeof eb));
         }
     }
     if (!in_signal)
@@ -160,10 +162,10 @@ void fa_report_configured(const char *reason, bool in_signal)
 
 void fa_report_abandon(void)
 {
-    if (tmp_main[0])
-        unlink(tmp_main);
-    if (tmp_sig[0])
-        unlink(tmp_sig);
+    if (__atomic_load_n(&file_main.tmp[0], __ATOMIC_ACQUIRE))
+        unlink(file_main.tmp);
+    if (__atomic_load_n(&file_sig.tmp[0], __ATOMIC_ACQUIRE))
+        unlink(file_sig.tmp);
 }
 
 void fa_report_fork_child(void)
@@ -173,5 +175,5 @@ void fa_report_fork_child(void)
     busy = 0;
     sig_owner = 0;
     warned_write = false;
-    tmp_main[0] = tmp_sig[0] = '\0';
+    file_main.tmp[0] = file_sig.tmp[0] = '\0';
 }

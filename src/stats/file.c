@@ -96,19 +96,20 @@ static long temp_owner(const char *name, const char *tag)
     return *c ? -1 : pid;
 }
 
-/* getdents64 on a stack buffer: no malloc, usable at exit and in a signal
- * handler.  A temporary is removed only when it carries our namespace tag
- * (same kernel boot, same pid namespace) and its pid is gone: on a volume
- * shared between containers, another container's pids mean nothing here. */
-void fa_file_sweep_stale(const char *path)
+/* getdents64 into the caller's scratch: no malloc, usable at exit and in
+ * a signal handler.  A temporary is removed only when it carries our
+ * namespace tag (same kernel boot, same pid namespace) and its pid is gone:
+ * on a volume shared between containers, another container's pids mean
+ * nothing here. */
+void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
 {
     char tag[17];
     if (!fa_file_ns_tag(tag))
         return;
-    char dir[4200];
+    char *dir = scratch->work;
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n >= sizeof dir)
+    if (n >= sizeof scratch->work)
         return;
     if (slash && n == 0)
         n = 1; /* "/" */
@@ -117,11 +118,10 @@ void fa_file_sweep_stale(const char *path)
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return;
-    char buf[4096];
     long got;
-    while ((got = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+    while ((got = syscall(SYS_getdents64, fd, scratch->dents, sizeof scratch->dents)) > 0) {
         for (long off = 0; off < got;) {
-            struct dirent64 *e = (struct dirent64 *)(buf + off);
+            struct dirent64 *e = (struct dirent64 *)(scratch->dents + off);
             off += e->d_reclen;
             long pid = temp_owner(e->d_name, tag);
             if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
@@ -131,12 +131,12 @@ void fa_file_sweep_stale(const char *path)
     close(fd);
 }
 
-int fa_file_write_atomic(const char *path, const char *data, size_t len, char *tmp_out, size_t tmp_cap)
+int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file_scratch *scratch)
 {
     static unsigned seq;
-    char tmp[4200];
+    char *tmp = scratch->tmp;
     fa_buf b;
-    fa_buf_init(&b, tmp, sizeof tmp);
+    fa_buf_init(&b, scratch->work, sizeof scratch->work);
     /* The tag makes the name unique across containers sharing the
      * directory; without one (no /proc) nothing is provably ours. */
     char tag[17];
@@ -145,18 +145,26 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, char *t
                   __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
     if (fa_buf_overflowed(&b))
         return ENAMETOOLONG;
+    /* Published before the temporary exists, its first byte last: a
+     * signal handler reading tmp finds "" or the whole name, never a
+     * prefix (which could name the stats file itself). */
+    memcpy(tmp + 1, scratch->work + 1, b.len);
+    __atomic_store_n(&tmp[0], scratch->work[0], __ATOMIC_RELEASE);
     int fd = -1;
     for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 && errno == EEXIST && attempt == 0 && ours)
+        if (fd < 0 && errno == EEXIST && attempt == 0 && ours) {
             unlink(tmp); /* left by a killed process of our namespace with our pid; unlink never follows */
-        else if (fd < 0)
-            return errno;
+        } else if (fd < 0) {
+            int err = errno;
+            __atomic_store_n(&tmp[0], '\0', __ATOMIC_RELEASE);
+            return err;
+        }
     }
-    if (fd < 0)
+    if (fd < 0) {
+        __atomic_store_n(&tmp[0], '\0', __ATOMIC_RELEASE);
         return EEXIST;
-    if (tmp_out && tmp_cap > b.len)
-        memcpy(tmp_out, tmp, b.len + 1);
+    }
     int err = fa_write_all(fd, data, len);
     if (close(fd) != 0 && !err)
         err = errno;
@@ -164,12 +172,11 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, char *t
         err = errno;
     if (err)
         unlink(tmp);
-    if (tmp_out && tmp_cap)
-        tmp_out[0] = '\0';
+    __atomic_store_n(&tmp[0], '\0', __ATOMIC_RELEASE);
     /* Once per process: later (interval) dumps would only rescan. */
     static int swept;
     if (!err && !__atomic_exchange_n(&swept, 1, __ATOMIC_RELAXED))
-        fa_file_sweep_stale(path);
+        fa_file_sweep_stale(path, scratch);
     return err;
 }
 

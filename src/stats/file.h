@@ -31,19 +31,34 @@ bool fa_path_expand(const char *tmpl, const fa_path_parts *parts, char *out, siz
  * False when /proc cannot tell. */
 bool fa_file_ns_tag(char out[17]);
 
+/* Room for a stats file's name and its temporary's: the longest path
+ * setting (4095 bytes) and the suffix. */
+#define FA_FILE_NAME_CAP 4200
+
+/* What writing a stats file needs besides the data, kept by the caller:
+ * the writer runs in signal handlers, where a stack may be a few KiB, so
+ * none of this is on the stack.  One per writer that may run at the same
+ * time as another. */
+typedef struct fa_file_scratch {
+    char tmp[FA_FILE_NAME_CAP];  /* the temporary's name while it may exist, "" otherwise */
+    char work[FA_FILE_NAME_CAP]; /* a name being built; the directory being swept */
+    char dents[4096];            /* directory entries being swept */
+} fa_file_scratch;
+
 /* Write data to path atomically.  Returns 0, or an errno value (the file
- * is then absent and no temporary is left behind).  *tmp_out, if given,
- * receives the temporary's name while it exists so a signal handler can
- * remove it; it is emptied again before return.  After the first
- * successful write of a process, temporaries left in the same directory by
- * processes of our pid namespace that no longer exist (killed mid-dump) are
- * removed. */
-int fa_file_write_atomic(const char *path, const char *data, size_t len, char *tmp_out, size_t tmp_cap);
+ * is then absent and no temporary is left behind).  scratch->tmp holds the
+ * temporary's name while it may exist, so a signal handler can remove it
+ * (a reader sees the whole name or ""); it is emptied again before
+ * return.  After the first successful write of a process, temporaries left
+ * in the same directory by processes of our pid namespace that no longer
+ * exist (killed mid-dump) are removed. */
+int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file_scratch *scratch);
 
 /* Remove temporaries that processes of our pid namespace, no longer alive
  * (killed mid-dump by SIGKILL), left in the directory of `path`; never
- * another namespace's (a volume shared between containers). */
-void fa_file_sweep_stale(const char *path);
+ * another namespace's (a volume shared between containers).  Uses
+ * scratch->work and scratch->dents. */
+void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch);
 
 /* "Permission denied"-style text for the errno values a stats file meets;
  * "error N" for others.  (strerror may allocate for translations.) */

@@ -78,7 +78,10 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
                 fa_buf_str(b, "null");
             continue;
         }
-        char tbuf[4200];
+        /* Formatted choices and percentages are short; a path (up to 4 KiB)
+         * is written from the value itself.  No large buffer: this runs in
+         * signal handlers. */
+        char tbuf[64];
         fa_buf t;
         fa_buf_init(&t, tbuf, sizeof tbuf);
         switch (d->type) {
@@ -96,10 +99,10 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
         case FA_TYPE_SECONDS: fa_buf_fixed(b, (double)v->u / 1000.0, 3); break;
         case FA_TYPE_BOOL: fa_buf_str(b, v->u ? "true" : "false"); break;
         case FA_TYPE_ENUM:
-        case FA_TYPE_PATH:
             fa_option_format_value(&t, (enum fa_opt_id)i, v);
             fa_buf_json_str(b, tbuf);
             break;
+        case FA_TYPE_PATH: fa_buf_json_str(b, v->s ? v->s : ""); break;
         }
     }
     fa_buf_putc(b, '}');

@@ -740,6 +740,49 @@ def case_signal_two_threads():
         check(not [n for n in names if ".tmp" in n], f"run {i}: temporaries left: {names}")
 
 
+def case_signal_small_stack():
+    """The signal dump fits in SIGSTKSZ (8192 bytes) with room to spare.
+    SIGTERM arrives while the program runs on a small stack of its own, or
+    in its SIGUSR1 handler on its own sigaltstack (the delivery nests on
+    that stack: two signal frames); the dump is written, the process dies of
+    SIGTERM, and the guard below the stack is untouched.  Every format, to a
+    file (the first write of a process also sweeps the directory), to
+    stderr, and to a path that cannot be written (the warning)."""
+    for mode, size in (("stack", 8192), ("stack", 6144), ("altstack", 8192)):
+        cmd = [prog("p_sigstack"), mode, str(size)]
+        plain = run(cmd, preload=False, timeout=60)
+        check(plain.returncode == 0, f"{mode} {size} without the shim: {plain.stdout} {plain.stderr}")
+        print("without the shim:", plain.stdout.strip())
+        for fmt in ("json", "text", "prometheus"):
+            for where in ("file", "stderr", "unwritable"):
+                what = f"{mode} {size}, {fmt} to {where}"
+                with tempfile.TemporaryDirectory() as d:
+                    target = {"file": f"{d}/%p.{fmt}", "stderr": "-", "unwritable": f"{d}/missing/x"}[where]
+                    r = run(cmd, env=base_env(FORGEALLOC_STATS=fmt, FORGEALLOC_STATS_FILE=target), timeout=60)
+                    files = os.listdir(d)
+                    text = open(os.path.join(d, files[0])).read() if where == "file" and len(files) == 1 else ""
+                check(r.returncode == 0, f"{what}: {r.stdout.strip()} {r.stderr[-300:]!r}")
+                if where == "file":
+                    check(len(files) == 1 and r.stderr == "", f"{what}: files {files}, stderr {r.stderr[-300:]!r}")
+                elif where == "stderr":
+                    check(files == [], f"{what}: files {files}")
+                    text = r.stderr
+                else:
+                    check(files == [] and r.stderr == f"forgealloc: cannot write stats to '{d}/missing/x': no such "
+                          "file or directory; set FORGEALLOC_STATS_FILE to a writable path, or - for stderr\n",
+                          f"{what}: files {files}, stderr {r.stderr[-300:]!r}")
+                    print(f"{what}: {r.stdout.strip()}")
+                    continue
+                if fmt == "json":
+                    doc = json.loads(text)
+                    check(doc["reason"] == "signal" and not check_stats_json.problems(doc), f"{what}: {text[:300]!r}")
+                elif fmt == "text":
+                    check([m[1] for m in TEXT_HEADER.findall(text)] == ["signal"], f"{what}: {text[:300]!r}")
+                else:
+                    check(text.startswith("# HELP forgealloc_info") and text.endswith("\n"), f"{what}: {text[:300]!r}")
+                print(f"{what}: {r.stdout.strip()}")
+
+
 # ---- hardening: fork, threads, signals, exits, files, settings --------------------------
 
 def case_forkstorm():

@@ -20,6 +20,7 @@
 #include "../../src/stats/file.h"
 
 static char dir[64];
+static fa_file_scratch scratch; /* the writer's names and directory entries */
 
 static int setup(void **state)
 {
@@ -82,12 +83,12 @@ static void test_write_replace(void **state)
     (void)state;
     char path[128], got[64];
     snprintf(path, sizeof path, "%s/stats.json", dir);
-    assert_int_equal(fa_file_write_atomic(path, "first", 5, NULL, 0), 0);
+    assert_int_equal(fa_file_write_atomic(path, "first", 5, &scratch), 0);
     read_all(path, got, sizeof got);
     assert_string_equal(got, "first");
-    char tmp[256] = "x";
-    assert_int_equal(fa_file_write_atomic(path, "second", 6, tmp, sizeof tmp), 0);
-    assert_string_equal(tmp, ""); /* cleared once renamed */
+    strcpy(scratch.tmp, "x");
+    assert_int_equal(fa_file_write_atomic(path, "second", 6, &scratch), 0);
+    assert_string_equal(scratch.tmp, ""); /* cleared once renamed */
     read_all(path, got, sizeof got);
     assert_string_equal(got, "second");
     assert_int_equal(entries(), 1);
@@ -103,7 +104,7 @@ static void test_symlink_not_followed(void **state)
     assert_int_equal(write(fd, "keep", 4), 4);
     close(fd);
     assert_int_equal(symlink(target, link), 0);
-    assert_int_equal(fa_file_write_atomic(link, "stats", 5, NULL, 0), 0);
+    assert_int_equal(fa_file_write_atomic(link, "stats", 5, &scratch), 0);
     read_all(target, got, sizeof got);
     assert_string_equal(got, "keep"); /* the link was replaced, not written through */
     struct stat st;
@@ -117,13 +118,14 @@ static void test_errors_leave_nothing(void **state)
     char path[128];
     snprintf(path, sizeof path, "%s/missing-dir/stats.json", dir);
     int before = entries();
-    assert_int_equal(fa_file_write_atomic(path, "x", 1, NULL, 0), ENOENT);
+    assert_int_equal(fa_file_write_atomic(path, "x", 1, &scratch), ENOENT);
+    assert_string_equal(scratch.tmp, "");
     assert_int_equal(entries(), before);
     /* A directory where the file should go: the rename fails, the
      * temporary is removed. */
     snprintf(path, sizeof path, "%s/adir", dir);
     assert_int_equal(mkdir(path, 0700), 0);
-    int err = fa_file_write_atomic(path, "x", 1, NULL, 0);
+    int err = fa_file_write_atomic(path, "x", 1, &scratch);
     assert_true(err == EISDIR || err == ENOTEMPTY || err == EEXIST);
     assert_int_equal(entries(), before + 1);
     char buf[32];
@@ -162,7 +164,7 @@ static void test_stale_temporaries_swept(void **state)
         close(open(p, O_CREAT | O_WRONLY, 0600));
     }
     snprintf(path, sizeof path, "%s/stats.json", dir);
-    fa_file_sweep_stale(path);
+    fa_file_sweep_stale(path, &scratch);
     snprintf(p, sizeof p, "%s/%s", dir, n0);
     assert_int_equal(access(p, F_OK), -1);
     for (int i = 1; i < 7; i++) {

@@ -1,0 +1,272 @@
+/* test_host_realloc.c - realloc of large blocks and the release policy's
+ * table of live large blocks (host.c over release.c), against a stand-in
+ * for tcmalloc whose heap the test controls: every branch of realloc
+ * leaves the table holding each live large block at its own size, also
+ * when another thread is handed a moved block's old address before
+ * realloc returns.  The stand-in's addresses are never dereferenced. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../src/core/options.h"
+#include "../../src/host/host.h"
+#include "../../src/host/release.h"
+
+#define KB ((size_t)1 << 10)
+#define MB ((size_t)1 << 20)
+
+/* ---- a stand-in for tcmalloc ------------------------------------------- */
+
+/* Blocks at made-up, page-aligned addresses.  A freed block's address is
+ * handed out again to the next request it can hold, as tcmalloc's page
+ * heap does with a free span. */
+#define PAGE ((size_t)8 * KB) /* tcmalloc's page */
+#define MAX_BLOCKS 64
+static struct block {
+    uintptr_t p;
+    size_t cap; /* the request rounded up to pages: what realloc may use in place */
+    bool live;
+} blocks[MAX_BLOCKS];
+static int nblocks;
+static uintptr_t next_addr;
+static struct block *freed_last;
+static bool fail_next;                  /* the next realloc that must move fails */
+static void (*moved_freed)(uintptr_t);  /* runs once a moving realloc has freed the old address */
+
+static struct block *find(uintptr_t p)
+{
+    for (int i = 0; i < nblocks; i++)
+        if (blocks[i].p == p && blocks[i].live)
+            return &blocks[i];
+    return NULL;
+}
+
+static void *take(size_t n)
+{
+    size_t cap = (n + PAGE - 1) / PAGE * PAGE;
+    struct block *b = freed_last;
+    freed_last = NULL;
+    if (!b || b->cap < cap) {
+        assert_true(nblocks < MAX_BLOCKS);
+        b = &blocks[nblocks++];
+        b->p = next_addr;
+        b->cap = cap;
+        next_addr += (uintptr_t)64 * MB;
+    }
+    b->live = true;
+    return (void *)b->p;
+}
+
+static void give_back(void *p)
+{
+    if (!p)
+        return;
+    struct block *b = find((uintptr_t)p);
+    assert_non_null(b); /* a free of a block that is not live */
+    b->live = false;
+    freed_last = b;
+}
+
+void *tc_malloc(size_t n) { return take(n); }
+void *tc_calloc(size_t n, size_t size) { return take(n * size); }
+void *tc_memalign(size_t align, size_t n) { return (void)align, take(n); }
+void *tc_new(size_t n) { return take(n); }
+void *tc_new_nothrow(size_t n, const void *nt) { return (void)nt, take(n); }
+void *tc_new_aligned(size_t n, size_t align) { return (void)align, take(n); }
+void *tc_new_aligned_nothrow(size_t n, size_t align, const void *nt) { return (void)align, (void)nt, take(n); }
+void tc_free(void *p) { give_back(p); }
+void tc_delete(void *p) { give_back(p); }
+void tc_delete_sized(void *p, size_t n) { (void)n, give_back(p); }
+void tc_delete_aligned(void *p, size_t align) { (void)align, give_back(p); }
+void tc_delete_sized_aligned(void *p, size_t n, size_t align) { (void)n, (void)align, give_back(p); }
+
+size_t tc_malloc_size(void *p)
+{
+    struct block *b = find((uintptr_t)p);
+    return b ? b->cap : 0;
+}
+
+/* tcmalloc's rule: in place while the new size is within the block and at
+ * least half of it; otherwise allocate, copy, free the old block. */
+void *tc_realloc(void *p, size_t n)
+{
+    if (!p)
+        return take(n);
+    if (n == 0) {
+        give_back(p);
+        return NULL;
+    }
+    struct block *b = find((uintptr_t)p);
+    assert_non_null(b);
+    if (n <= b->cap && n >= b->cap / 2)
+        return p;
+    if (fail_next) {
+        fail_next = false;
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *q = take(n);
+    give_back(p);
+    if (moved_freed)
+        moved_freed((uintptr_t)p);
+    return q;
+}
+
+int MallocExtension_GetNumericProperty(const char *name, size_t *value)
+{
+    (void)name;
+    *value = 0;
+    return 1;
+}
+void MallocExtension_ReleaseToSystem(size_t n) { (void)n; }
+void MallocExtension_ReleaseFreeMemory(void) {}
+
+/* ---- helpers --------------------------------------------------------- */
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(blocks, 0, sizeof blocks);
+    nblocks = 0;
+    freed_last = NULL;
+    fail_next = false;
+    moved_freed = NULL;
+    return 0;
+}
+
+/* The size the table holds for p (0: none), taken out of the table. */
+static size_t table_take(void *p) { return fa_release_forget(p); }
+
+/* ---- every branch of realloc ------------------------------------------ */
+
+static void test_shrink_in_place(void **state)
+{
+    (void)state;
+    void *p = fa_host_malloc(3 * MB, NULL);
+    assert_ptr_equal(fa_host_realloc(p, 2 * MB, NULL), p);
+    assert_int_equal(table_take(p), 2 * MB);
+    assert_int_equal(table_take(p), 0);
+}
+
+static void test_grow_in_place(void **state)
+{
+    (void)state;
+    void *p = fa_host_malloc(3 * MB - 4 * KB, NULL); /* 3 MiB of pages */
+    assert_ptr_equal(fa_host_realloc(p, 3 * MB, NULL), p);
+    assert_int_equal(table_take(p), 3 * MB);
+    assert_int_equal(table_take(p), 0);
+}
+
+static void test_move(void **state)
+{
+    (void)state;
+    void *p = fa_host_malloc(1 * MB, NULL);
+    void *q = fa_host_realloc(p, 3 * MB, NULL);
+    assert_ptr_not_equal(q, p);
+    assert_int_equal(table_take(p), 0);
+    assert_int_equal(table_take(q), 3 * MB);
+}
+
+/* A realloc that fails leaves p allocated, and in the table. */
+static void test_failure(void **state)
+{
+    (void)state;
+    void *p = fa_host_malloc(2 * MB, NULL);
+    fail_next = true;
+    errno = 0;
+    assert_null(fa_host_realloc(p, 8 * MB, NULL));
+    assert_int_equal(errno, ENOMEM);
+    assert_non_null(find((uintptr_t)p));
+    assert_int_equal(table_take(p), 2 * MB);
+}
+
+/* realloc(p, 0) frees p, as glibc's. */
+static void test_size_zero_frees(void **state)
+{
+    (void)state;
+    void *p = fa_host_malloc(2 * MB, NULL);
+    assert_null(fa_host_realloc(p, 0, NULL));
+    assert_null(find((uintptr_t)p));
+    assert_int_equal(table_take(p), 0);
+}
+
+/* Shrunk in place below the large size: the block counts as small from
+ * then on, and its free goes to tcmalloc as any other. */
+static void test_shrink_below_large(void **state)
+{
+    (void)state;
+    void *p = fa_host_malloc(400 * KB, NULL);
+    assert_ptr_equal(fa_host_realloc(p, 220 * KB, NULL), p);
+    assert_int_equal(table_take(p), 0);
+    fa_host_free(p);
+    assert_null(find((uintptr_t)p));
+}
+
+/* ---- another thread gets the old address before realloc returns -------- */
+
+static uintptr_t reused;
+
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    /* Given the freed span, it allocates there, frees, allocates again. */
+    void *x = fa_host_malloc(2 * MB, NULL);
+    assert_int_equal((uintptr_t)x, reused);
+    fa_host_free(x);
+    void *y = fa_host_malloc(1 * MB, NULL);
+    assert_int_equal((uintptr_t)y, reused);
+    return NULL;
+}
+
+static void in_between(uintptr_t old)
+{
+    reused = old;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, other_thread, NULL), 0);
+    pthread_join(t, NULL);
+}
+
+/* realloc moves a 3 MiB block; tcmalloc frees its old address, and before
+ * realloc returns, another thread is handed that address for a 2 MiB block,
+ * frees it and is handed it again for 1 MiB.  Afterwards the table holds
+ * the 1 MiB block at the old address, once, and the moved block at its new
+ * one.  (Were the old block forgotten after tcmalloc's realloc, that late
+ * forget would take out the other thread's entry and leave a stale one.) */
+static void test_moved_address_reused_meanwhile(void **state)
+{
+    (void)state;
+    void *p = fa_host_malloc(3 * MB, NULL);
+    moved_freed = in_between;
+    void *q = fa_host_realloc(p, 3 * MB + 512 * KB, NULL);
+    moved_freed = NULL;
+    assert_ptr_not_equal(q, p);
+    assert_non_null(find((uintptr_t)p)); /* the other thread's 1 MiB block */
+    assert_int_equal(table_take(p), 1 * MB);
+    assert_int_equal(table_take(p), 0);
+    assert_int_equal(table_take(q), 3 * MB + 512 * KB);
+}
+
+int main(void)
+{
+    char *env[] = {"FORGEALLOC_LARGE_ALLOC_REPORT=0", "FORGEALLOC_HUGEPAGES=0", "FORGEALLOC_RELEASE_PRESSURE=0",
+                   "FORGEALLOC_RELEASE_THRESHOLD=1T", NULL};
+    fa_options_load(env);
+    next_addr = (uintptr_t)1 << 40;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_shrink_in_place, setup),
+        cmocka_unit_test_setup(test_grow_in_place, setup),
+        cmocka_unit_test_setup(test_move, setup),
+        cmocka_unit_test_setup(test_failure, setup),
+        cmocka_unit_test_setup(test_size_zero_frees, setup),
+        cmocka_unit_test_setup(test_shrink_below_large, setup),
+        cmocka_unit_test_setup(test_moved_address_reused_meanwhile, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
