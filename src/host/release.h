@@ -26,7 +26,7 @@
 
 /* Requests above tcmalloc's largest size class (256 KiB) are served from
  * the page heap directly; only those move the policy. */
-#define FA_RELEASE_MIN ((size_t)256 * 1024)
+#define FA_RELEASE_MIN ((size_t)256 * 1024 + 1)
 
 /* A large block (n >= FA_RELEASE_MIN) was allocated at p: remember it, so
  * its free is recognised without asking tcmalloc, and move the policy. */
