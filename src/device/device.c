@@ -504,7 +504,7 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
         pthread_mutex_unlock(&d->lock);
         return;
     }
-    d->state = RESERVING;
+    __atomic_store_n(&d->state, RESERVING, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&d->lock);
 
     uint64_t target = blind() ? 0 : pool_target(rt);
