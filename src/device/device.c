@@ -41,13 +41,16 @@
 #include "ptrmap.h"
 #include "vmpool.h"
 
-enum pool_state { UNTOUCHED, RESERVING, READY, PASSTHROUGH };
+/* RESERVING and RESETTING: a thread makes driver calls for the pool
+ * without the lock; no other thread reserves or resets meanwhile. */
+enum pool_state { UNTOUCHED, RESERVING, READY, PASSTHROUGH, RESETTING };
 enum pool_kind { KIND_NONE, KIND_CHUNKS, KIND_VMM };
 
 #define IDLE_SPELL_MS 10000 /* grown pieces go back after this long without growth */
 
 typedef struct devstate {
     pthread_mutex_t lock;    /* everything here; state, kind, vm_base, vm_bytes, peers are also read atomically */
+    pthread_cond_t settled;  /* broadcast when state leaves RESERVING or RESETTING */
     int state;
     int kind;
     fa_pool pool;            /* KIND_CHUNKS */
@@ -62,7 +65,8 @@ typedef struct devstate {
     fa_device_stats st;      /* written under `lock`, read without it */
 } devstate;
 
-static devstate devs[FA_MAX_DEVICES] = {[0 ... FA_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+static devstate devs[FA_MAX_DEVICES] = {
+    [0 ... FA_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .settled = PTHREAD_COND_INITIALIZER}};
 static fa_ptrmap fallback;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER; /* fallback */
 static uint64_t passthrough[FA_PT_COUNT];
@@ -488,7 +492,8 @@ static bool chunks_reserve(const fa_cudart *rt, devstate *d, int dev, uint64_t t
 }
 
 /* Set up the pool of device `dev` if it is still untouched.  Driver calls
- * are made without the lock; meanwhile other threads use the driver. */
+ * are made without the lock; meanwhile other threads use the driver, and a
+ * cudaDeviceReset waits for the pool to be READY (fa_device_reset). */
 static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
 {
     int st = state_of(d);
@@ -499,7 +504,7 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
         pthread_mutex_unlock(&d->lock);
         return;
     }
-    d->state = RESERVING;
+    __atomic_store_n(&d->state, RESERVING, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&d->lock);
 
     uint64_t target = blind() ? 0 : pool_target(rt);
@@ -517,6 +522,7 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
     __atomic_store_n(&d->kind, kind, __ATOMIC_RELEASE);
     __atomic_store_n(&d->state, kind != KIND_NONE ? READY : PASSTHROUGH, __ATOMIC_RELEASE);
     sync_stats(d);
+    pthread_cond_broadcast(&d->settled);
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -835,33 +841,46 @@ fa_cuda_error fa_device_reset(void)
     if (!rt->cudaDeviceReset)
         return FA_CUDA_ERROR_INITIALIZATION;
     int dev = current_device(rt);
-    if (dev >= 0) {
-        /* The reset frees every allocation of the device: the pool lets go
-         * of its pieces and address space first, chunks go with the reset. */
-        devstate *d = &devs[dev];
-        pthread_mutex_lock(&d->lock);
-        if (d->state == READY && d->kind == KIND_VMM) {
-            vmctx x = {fa_cudrv_get(rt), d, dev};
-            if (x.drv) {
-                fa_vm_release_all(&d->vm, &vm_driver, &x);
-                x.drv->cuMemAddressFree((fa_cu_ptr)d->vm.base, 2 * d->vm.zone);
-            }
-            fa_vm_destroy(&d->vm);
-            __atomic_store_n(&d->vm_base, 0, __ATOMIC_RELEASE);
-            __atomic_store_n(&d->vm_bytes, 0, __ATOMIC_RELEASE);
-        } else if (d->kind == KIND_CHUNKS) {
-            fa_pool_clear(&d->pool);
+    if (dev < 0)
+        return rt->cudaDeviceReset();
+    /* The reset frees every allocation of the device: the pool lets go of
+     * its pieces and address space first, chunks go with the reset.
+     * ensure_pool reserves without the lock, so a reset while it is
+     * RESERVING would free what it reserves and leave it a pool of freed
+     * memory: the reset waits for it (the wait releases the lock) and
+     * tears down the complete pool.  RESETTING, until the driver's reset
+     * returns, keeps a new pool from being reserved before the driver
+     * frees everything, and a second reset waits its turn. */
+    devstate *d = &devs[dev];
+    pthread_mutex_lock(&d->lock);
+    while (d->state == RESERVING || d->state == RESETTING)
+        pthread_cond_wait(&d->settled, &d->lock);
+    if (d->state == READY && d->kind == KIND_VMM) {
+        vmctx x = {fa_cudrv_get(rt), d, dev};
+        if (x.drv) {
+            fa_vm_release_all(&d->vm, &vm_driver, &x);
+            x.drv->cuMemAddressFree((fa_cu_ptr)d->vm.base, 2 * d->vm.zone);
         }
-        d->fallback_bytes = 0;
-        __atomic_store_n(&d->kind, KIND_NONE, __ATOMIC_RELEASE);
-        __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
-        sync_stats(d);
-        pthread_mutex_unlock(&d->lock);
-        pthread_mutex_lock(&map_lock);
-        fa_ptrmap_drop_device(&fallback, dev);
-        pthread_mutex_unlock(&map_lock);
+        fa_vm_destroy(&d->vm);
+        __atomic_store_n(&d->vm_base, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&d->vm_bytes, 0, __ATOMIC_RELEASE);
+    } else if (d->kind == KIND_CHUNKS) {
+        fa_pool_clear(&d->pool);
     }
-    return rt->cudaDeviceReset();
+    d->fallback_bytes = 0;
+    __atomic_store_n(&d->kind, KIND_NONE, __ATOMIC_RELEASE);
+    __atomic_store_n(&d->state, RESETTING, __ATOMIC_RELEASE);
+    sync_stats(d);
+    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_lock(&map_lock);
+    fa_ptrmap_drop_device(&fallback, dev);
+    pthread_mutex_unlock(&map_lock);
+    fa_cuda_error r = rt->cudaDeviceReset();
+    pthread_mutex_lock(&d->lock);
+    __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&d->settled);
+    pthread_mutex_unlock(&d->lock);
+    return r;
 }
 
 fa_cuda_error fa_device_synchronize(void)
@@ -1056,6 +1075,7 @@ void fa_device_fork_child(void)
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
         devstate *d = &devs[dev];
         pthread_mutex_init(&d->lock, NULL);
+        pthread_cond_init(&d->settled, NULL);
         if (!d->used && d->state == UNTOUCHED)
             continue;
         if (d->kind == KIND_VMM)

@@ -7,8 +7,10 @@
 void fa_pool_init(fa_pool *p, size_t chunk_size)
 {
     /* Only the header: chunks[] beyond nchunks is never read, and not
-     * touching its 32 KiB keeps fork and start-up cheap. */
-    p->chunk_size = chunk_size;
+     * touching its 32 KiB keeps fork and start-up cheap.  chunk_size is
+     * also read without the pool's lock (device.c, cudaMalloc's fast
+     * path): it is stored atomically. */
+    __atomic_store_n(&p->chunk_size, chunk_size, __ATOMIC_RELEASE);
     p->nchunks = 0;
     p->epoch = 0;
     p->bytes = p->in_use = p->requested = p->quarantined = p->cached = 0;

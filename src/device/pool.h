@@ -35,7 +35,7 @@ typedef struct fa_chunk {
 } fa_chunk;
 
 typedef struct fa_pool {
-    size_t chunk_size;                   /* power of two */
+    size_t chunk_size;                   /* power of two; stored atomically, read atomically without the lock */
     fa_chunk *chunks[FA_POOL_MAX_CHUNKS]; /* sorted by address */
     int nchunks;
     uint32_t epoch;

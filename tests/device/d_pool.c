@@ -347,6 +347,65 @@ static int reset(void)
     return failures;
 }
 
+/* ---- a reset while the pool is being reserved ---------------------------------------------------- */
+
+static void *first_malloc(void *arg)
+{
+    void *p;
+    (void)arg;
+    cudaMalloc(&p, MiB);
+    return NULL;
+}
+
+/* Run with FAKECUDA_DELAY_MS: another thread's first cudaMalloc reserves
+ * the pool with slow driver calls (chunks, or the address space of the
+ * pieces); this thread resets the device once the first of them took
+ * effect, and allocates at once.  The pool then holds exactly what the
+ * driver has allocated for it, and serves from memory the reset left. */
+static int reset_race(void)
+{
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, first_malloc, NULL) == 0);
+    while (fakecuda_calls("cudaMalloc") + fakecuda_calls("cuMemAddressReserve") == 0) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    printf("pool_bytes_at_reset %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    unsigned char *b = dmalloc(MiB);
+    pthread_join(t, NULL);
+    /* The other thread's block came from the pool the reset tore down, or
+     * from the driver (then it may outlive the reset), or not at all (the
+     * old pool filled the driver until its reset): it is left alone. */
+    uint64_t pool = stat_of("device.0.pool_bytes");
+    size_t used = fakecuda_used(0);
+    bool from_driver = stat_of("device.0.fallback_allocs") == 1;
+    printf("pool_bytes %llu driver_used %zu other_from_driver %d\n", (unsigned long long)pool, used, (int)from_driver);
+    CHECK(pool > 0 && (used == pool || (from_driver && used == pool + MiB)));
+    if (!vmm())
+        CHECK(fakecuda_device_of(b) == 0); /* inside a live chunk */
+    if (b) {
+        tag(b, MiB, 0x5A);
+        void *c = dmalloc(MiB);
+        CHECK(c != NULL && c != b);
+        if (c)
+            memset(c, 0xA5, MiB);
+        CHECK(tagged(b, MiB, 0x5A));
+        CHECK(c == NULL || cudaFree(c) == cudaSuccess);
+        CHECK(cudaFree(b) == cudaSuccess);
+    }
+    /* A reset with nothing in flight leaves nothing, and the next pool is
+     * whole again. */
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    CHECK(stat_of("device.0.pool_bytes") == 0 && fakecuda_used(0) == 0);
+    /* The pieces' address space: one reservation per pool, each freed by the reset that tore its pool down. */
+    CHECK(fakecuda_calls("cuMemAddressReserve") == fakecuda_calls("cuMemAddressFree"));
+    void *d = dmalloc(MiB);
+    CHECK(d != NULL && stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.pool_bytes") == fakecuda_used(0));
+    CHECK(cudaFree(d) == cudaSuccess);
+    return failures;
+}
+
 /* ---- errors and IPC --------------------------------------------------------------------------- */
 
 static int errors(void)
@@ -652,6 +711,8 @@ int main(int argc, char **argv)
         return twodev() ? 1 : 0;
     if (strcmp(mode, "reset") == 0)
         return reset() ? 1 : 0;
+    if (strcmp(mode, "reset_race") == 0)
+        return reset_race() ? 1 : 0;
     if (strcmp(mode, "errors") == 0)
         return errors() ? 1 : 0;
     if (strcmp(mode, "capture") == 0)
@@ -674,8 +735,8 @@ int main(int argc, char **argv)
         return giveback(argc > 2 ? atof(argv[2]) : 15) ? 1 : 0;
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
-    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|errors|capture|passthrough|blind"
-                    "|frag|pressure|peer|large|kind|giveback [S]\n"
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|reset_race|errors|capture"
+                    "|passthrough|blind|frag|pressure|peer|large|kind|giveback [S]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;
 }

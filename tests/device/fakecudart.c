@@ -6,7 +6,9 @@
  *   by illegal calls; pointer attributes; IPC handles; fork (driver calls in the child fail, as in CUDA); peer access
  *   to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap, ...: see "virtual memory" below),
  *   reached only through cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
- *   FAKECUDA_VMM=noentry makes the entry points find nothing.
+ *   FAKECUDA_VMM=noentry makes the entry points find nothing; FAKECUDA_DELAY_MS=N (0..60000) makes cudaMalloc,
+ *   cuMemCreate and cuMemAddressReserve slow: each takes effect (and is counted) at once and returns N ms later,
+ *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits.
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
  *   event timing, sticky errors, per-thread default streams (they are the legacy stream), managed-memory migration.
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FC_MAX_DEVICES 16
@@ -139,6 +142,7 @@ static struct {
     int driver_used;           /* a function that needs the driver has been called */
     int forked_child;          /* forked after that: driver calls fail */
     int vmm;                   /* 1 supported, 0 devices report no support, -1 no entry points */
+    unsigned delay_ms;         /* FAKECUDA_DELAY_MS */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
     struct vm_mapping *mappings;
@@ -275,6 +279,13 @@ static void init_locked(void)
         else if (strcmp(e, "1") != 0)
             say("fakecuda: ignoring FAKECUDA_VMM=%s (want 1, 0 or noentry)", e);
     }
+    if ((e = getenv("FAKECUDA_DELAY_MS"))) {
+        size_t ms;
+        if (parse_size(e, &ms) == 0 && ms <= 60000 && strspn(e, "0123456789") == strlen(e))
+            g.delay_ms = (unsigned)ms;
+        else
+            say("fakecuda: ignoring FAKECUDA_DELAY_MS=%s (want 0..60000)", e);
+    }
     size_t mem = FC_DEFAULT_MEM;
     if ((e = getenv("FAKECUDA_MEM")) && parse_size(e, &mem) != 0) {
         say("fakecuda: ignoring FAKECUDA_MEM=%s (want bytes, or a number with K, M, G or T)", e);
@@ -390,6 +401,17 @@ static cudaError_t leave_quiet(enum fc_fn fn, cudaError_t rc, const char *fmt, .
     rc = vleave(fn, rc, 0, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+/* FAKECUDA_DELAY_MS: called after leave(), so the lock is not held.  The
+ * setting was read under the lock on this thread's way in. */
+static void slow_return(enum fc_fn fn)
+{
+    if (!g.delay_ms || (fn != FN_cudaMalloc && fn != FN_cuMemCreate && fn != FN_cuMemAddressReserve))
+        return;
+    struct timespec ts = {(time_t)(g.delay_ms / 1000), (long)(g.delay_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }
 
 /* ---- devices and their regions ------------------------------------------------------ */
@@ -1752,7 +1774,9 @@ FAKECUDA_API cudaError_t cudaMalloc(void **devPtr, size_t size)
     cudaError_t rc = enter(FN_cudaMalloc);
     if (!rc)
         rc = do_malloc(devPtr, size);
-    return leave(FN_cudaMalloc, rc, "size=%zu ptr=%p", size, OUT_PTR(devPtr));
+    rc = leave(FN_cudaMalloc, rc, "size=%zu ptr=%p", size, OUT_PTR(devPtr));
+    slow_return(FN_cudaMalloc);
+    return rc;
 }
 
 FAKECUDA_API cudaError_t cudaFree(void *devPtr)
@@ -2205,7 +2229,9 @@ FAKECUDA_API int fakecuda_device_of(const void *p)
         int rc = enter(FN_##name);                                           \
         if (!rc)                                                             \
             rc = call;                                                       \
-        return leave_quiet(FN_##name, rc, fmt, __VA_ARGS__);                 \
+        rc = leave_quiet(FN_##name, rc, fmt, __VA_ARGS__);                   \
+        slow_return(FN_##name);                                              \
+        return rc;                                                           \
     }
 FC_DRIVER(cuDeviceGetAttribute, (int *v, fa_cu_attr a, int dev), do_cu_get_attribute(v, a, dev), "attr=%d dev=%d",
           (int)a, dev)

@@ -99,6 +99,12 @@ def case_reset():
     ok(run(["reset"]), "cudaDeviceReset")
 
 
+def case_reset_race():
+    """cudaDeviceReset on one thread while another's first cudaMalloc reserves the pool (slow driver calls)."""
+    r = ok(run(["reset_race"], FAKECUDA_DELAY_MS="50"), "cudaDeviceReset during the pool's reservation")
+    print(r.stdout.strip())
+
+
 def case_errors():
     r = ok(run(["errors"]), "error codes")
     lines = r.stderr.splitlines()

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
@@ -1006,6 +1007,72 @@ static void test_fork(void)
 
 /* ---- start-up environment, in child processes ------------------------------------------------------ */
 
+static double seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct slow_call {
+    void *p;
+    int returned;
+};
+
+static void *slow_malloc(void *arg)
+{
+    struct slow_call *c = arg;
+    if (cudaMalloc(&c->p, 512))
+        c->p = NULL;
+    __atomic_store_n(&c->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* FAKECUDA_DELAY_MS=400: cudaMalloc takes effect at once and returns
+ * later, other threads reaching the runtime meanwhile; cuMemCreate and
+ * cuMemAddressReserve return late too. */
+static int delay_child(void)
+{
+    const double delay = 0.4;
+    struct slow_call c = {NULL, 0};
+    pthread_t t;
+    double t0 = seconds();
+    if (pthread_create(&t, NULL, slow_malloc, &c))
+        return 1;
+    while (fakecuda_used(0) == 0) { /* the hook takes the runtime's lock */
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    int meanwhile = !__atomic_load_n(&c.returned, __ATOMIC_ACQUIRE) && fakecuda_calls("cudaMalloc") == 1;
+    pthread_join(t, NULL);
+    if (!meanwhile || !c.p || seconds() - t0 < delay || cudaFree(c.p))
+        return 1;
+    fa_cu_result (*create)(fa_cu_handle *, size_t, const fa_cu_alloc_prop *, unsigned long long) = NULL;
+    fa_cu_result (*reserve)(fa_cu_ptr *, size_t, size_t, fa_cu_ptr, unsigned long long) = NULL;
+    fa_cu_result (*release)(fa_cu_handle) = NULL;
+    fa_cu_result (*address_free)(fa_cu_ptr, size_t) = NULL;
+    if (cudaGetDriverEntryPoint("cuMemCreate", (void **)&create, 0, NULL) ||
+        cudaGetDriverEntryPoint("cuMemAddressReserve", (void **)&reserve, 0, NULL) ||
+        cudaGetDriverEntryPoint("cuMemRelease", (void **)&release, 0, NULL) ||
+        cudaGetDriverEntryPoint("cuMemAddressFree", (void **)&address_free, 0, NULL) || !create || !reserve ||
+        !release || !address_free)
+        return 1;
+    fa_cu_alloc_prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = FA_CU_ALLOCATION_TYPE_PINNED;
+    prop.location.type = FA_CU_LOCATION_TYPE_DEVICE;
+    fa_cu_handle h;
+    fa_cu_ptr r;
+    const size_t G2 = (size_t)2 << 20;
+    t0 = seconds();
+    if (create(&h, G2, &prop, 0) || seconds() - t0 < delay || release(h))
+        return 1;
+    t0 = seconds();
+    if (reserve(&r, G2, 0, 0, 0) || seconds() - t0 < delay || address_free(r, G2))
+        return 1;
+    return 0;
+}
+
 /* What a child does; returns its exit status. */
 static int child(const char *mode)
 {
@@ -1037,6 +1104,8 @@ static int child(const char *mode)
         waitpid(pid, &st, 0);
         return pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
     }
+    if (strcmp(mode, "delay") == 0)
+        return delay_child();
     if (strcmp(mode, "sizes") == 0) { /* FAKECUDA_DEVICES=3 FAKECUDA_MEM=1024K FAKECUDA_MEM_2=5000 */
         size_t f, t0, t2;
         if (cudaGetDeviceCount(&n) || n != 3 || cudaMemGetInfo(&f, &t0) || cudaSetDevice(2) ||
@@ -1062,8 +1131,8 @@ static int run_child(const char *mode, const char *const *env, char *err, size_t
         dup2(fds[1], 2);
         close(fds[0]);
         close(fds[1]);
-        static const char *const names[] = {"FAKECUDA_TRACE", "FAKECUDA_DEVICES", "FAKECUDA_MEM",
-                                            "FAKECUDA_MEM_0", "FAKECUDA_MEM_1", "FAKECUDA_MEM_2"};
+        static const char *const names[] = {"FAKECUDA_TRACE", "FAKECUDA_DEVICES", "FAKECUDA_MEM", "FAKECUDA_MEM_0",
+                                            "FAKECUDA_MEM_1", "FAKECUDA_MEM_2", "FAKECUDA_DELAY_MS"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             unsetenv(names[i]);
         for (; *env; env++)
@@ -1115,11 +1184,17 @@ static void test_environment(void)
 
     st = run_child("defaults", (const char *const[]){NULL}, err, sizeof err);
     CHECK(st == 0 && err[0] == 0, "defaults: 2 devices of 1G: status %d: %s", st, err);
-    st = run_child("defaults", (const char *const[]){"FAKECUDA_DEVICES=lots", "FAKECUDA_MEM=12Q", NULL}, err,
-                   sizeof err);
+    st = run_child("defaults",
+                   (const char *const[]){"FAKECUDA_DEVICES=lots", "FAKECUDA_MEM=12Q", "FAKECUDA_DELAY_MS=soon", NULL},
+                   err, sizeof err);
     CHECK(st == 0, "bad values fall back to the defaults: status %d: %s", st, err);
-    CHECK(strstr(err, "ignoring FAKECUDA_DEVICES=lots") && strstr(err, "ignoring FAKECUDA_MEM=12Q"),
+    CHECK(strstr(err, "ignoring FAKECUDA_DEVICES=lots") && strstr(err, "ignoring FAKECUDA_MEM=12Q") &&
+              strstr(err, "ignoring FAKECUDA_DELAY_MS=soon"),
           "and say so: %s", err);
+
+    st = run_child("delay", (const char *const[]){"FAKECUDA_DELAY_MS=400", NULL}, err, sizeof err);
+    CHECK(st == 0 && err[0] == 0, "FAKECUDA_DELAY_MS: calls take effect at once and return late: status %d: %s", st,
+          err);
 
     st = run_child("forkfresh", (const char *const[]){NULL}, err, sizeof err);
     CHECK(st == 0 && err[0] == 0, "a child forked before the driver was used can use it: status %d: %s", st, err);

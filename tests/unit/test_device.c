@@ -154,11 +154,52 @@ static void test_grow_then_give_back(void **state)
     assert_int_equal(snap.dev[0].pool_bytes, 256 * MiB);
 }
 
-int main(void)
+static void *first_malloc(void *arg)
+{
+    (void)arg;
+    void *p = NULL;
+    return (void *)(intptr_t)(fa_device_malloc(&p, MiB) != 0 || fa_device_free(p) != 0);
+}
+
+/* `test_device reserving`, with FAKECUDA_DELAY_MS: while one thread's first
+ * cudaMalloc reserves the pool (slow driver calls), another's cudaFree
+ * and cudaMalloc read the pool's state without the lock, cudaFree before
+ * any call of the runtime's.  Every write of the state is atomic: a
+ * ThreadSanitizer build fails on a plain one. */
+static void test_malloc_while_reserving(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, first_malloc, NULL), 0);
+    while (fakecuda_calls("cudaMalloc") + fakecuda_calls("cuMemAddressReserve") == 0) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    int host;
+    assert_int_equal(fa_device_free(&host), cudaErrorInvalidValue); /* not device memory: the driver's answer */
+    assert_int_equal(fakecuda_calls("cudaFree"), 1);
+    void *p = NULL;
+    assert_int_equal(fa_device_malloc(&p, MiB), 0);
+    assert_int_equal(fa_device_free(p), 0);
+    void *bad;
+    assert_int_equal(pthread_join(t, &bad), 0);
+    assert_null(bad);
+    fa_snapshot snap;
+    stat0(&snap);
+    assert_int_equal(snap.dev[0].allocs, 2);
+    assert_int_equal(snap.dev[0].frees, 2);
+    assert_int_equal(snap.dev[0].in_use_bytes, 0);
+}
+
+int main(int argc, char **argv)
 {
     char *env[] = {"FORGEALLOC_DEVICE_POOL_SIZE=256M", NULL};
     fa_options_load(env);
     setenv("FAKECUDA_MEM", "2G", 0); /* read by the stand-in at its first call */
+    if (argc > 1 && strcmp(argv[1], "reserving") == 0) {
+        const struct CMUnitTest tests[] = {cmocka_unit_test(test_malloc_while_reserving)};
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_threads), cmocka_unit_test(test_grow_then_give_back)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_pool.c - the device pool without a device: chunk order, the
  * quarantine and its epochs, giving chunks back, and the waste on a
  * PyTorch-like segment trace. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -129,6 +130,38 @@ static void test_pytorch_trace_waste(void **state)
     fa_pool_clear(&pool);
 }
 
+/* cudaMalloc's fast path (device.c) reads chunk_size without the pool's
+ * lock, as here, while the pool may be set up or cleared: every write of it
+ * is an atomic store.  A plain one is a data race, which a ThreadSanitizer
+ * build (FA_SANITIZE=thread) reports and fails on; any build checks that
+ * only whole values are read. */
+static void *read_chunk_size(void *arg)
+{
+    uintptr_t odd = 0;
+    for (int i = 0; i < 200000; i++) {
+        size_t v = __atomic_load_n(&pool.chunk_size, __ATOMIC_ACQUIRE);
+        odd += v != CHUNK && v != 2 * CHUNK;
+    }
+    (void)arg;
+    return (void *)odd;
+}
+
+static void test_chunk_size_read_without_lock(void **state)
+{
+    (void)state;
+    fa_pool_init(&pool, CHUNK);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, read_chunk_size, NULL), 0);
+    for (int i = 0; i < 20000; i++) {
+        fa_pool_init(&pool, i % 2 ? CHUNK : 2 * CHUNK);
+        fa_pool_clear(&pool);
+    }
+    void *odd;
+    assert_int_equal(pthread_join(t, &odd), 0);
+    assert_null(odd);
+    fa_pool_clear(&pool);
+}
+
 static void test_ptrmap(void **state)
 {
     (void)state;
@@ -156,7 +189,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lowest_chunk_first),    cmocka_unit_test(test_quarantine_epochs),
         cmocka_unit_test(test_idle_chunks_given_back), cmocka_unit_test(test_pytorch_trace_waste),
-        cmocka_unit_test(test_ptrmap),
+        cmocka_unit_test(test_chunk_size_read_without_lock), cmocka_unit_test(test_ptrmap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
