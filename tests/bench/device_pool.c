@@ -16,6 +16,9 @@
  * allocator: a real driver's cudaMalloc and cudaFree cost far more, which
  * is not measured here (no GPU).
  *
+ * With FA_BENCH_DEVICES=N in the environment, thread t works on device
+ * t % N (the stand-in makes FAKECUDA_DEVICES of them).
+ *
  * usage: device_pool THREADS PAIRS */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -39,6 +42,7 @@ struct worker {
     long pairs;
     unsigned seed;
     int sync_every; /* 0: never */
+    int device;
     double cpu_s;
     int failed;
 };
@@ -54,6 +58,8 @@ static void *churn(void *arg)
 {
     struct worker *w = arg;
     void *live[LIVE] = {0};
+    if (cudaSetDevice(w->device) != cudaSuccess)
+        w->failed = 1;
     double t0 = thread_cpu();
     for (long i = 0; i < w->pairs; i++) {
         w->seed = w->seed * 1103515245u + 12345u;
@@ -115,13 +121,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: device_pool THREADS(1-%d) PAIRS\n", MAX_THREADS);
         return 2;
     }
-    void *warm;
-    cudaMalloc(&warm, 4096); /* context and, under the shim, the pool */
-    cudaFree(warm);
+    const char *dv = getenv("FA_BENCH_DEVICES");
+    int devices = dv && atoi(dv) > 0 ? atoi(dv) : 1;
+    for (int d = 0; d < devices; d++) {
+        void *warm;
+        cudaSetDevice(d);
+        cudaMalloc(&warm, 4096); /* context and, under the shim, the pool */
+        cudaFree(warm);
+    }
+    cudaSetDevice(0);
     fakecuda_reset_counters();
     struct worker w[MAX_THREADS];
     for (long t = 0; t < threads; t++) {
-        w[t] = (struct worker){.pairs = pairs, .seed = 7u + (unsigned)t};
+        w[t] = (struct worker){.pairs = pairs, .seed = 7u + (unsigned)t, .device = (int)(t % devices)};
         pthread_create(&w[t].tid, NULL, churn, &w[t]);
     }
     double cpu = 0;
@@ -136,7 +148,7 @@ int main(int argc, char **argv)
     double syncs = (double)fakecuda_calls("cudaDeviceSynchronize");
     /* Phase 1b: the program synchronises now and then. */
     for (long t = 0; t < threads; t++) {
-        w[t] = (struct worker){.pairs = pairs, .seed = 11u + (unsigned)t, .sync_every = 64};
+        w[t] = (struct worker){.pairs = pairs, .seed = 11u + (unsigned)t, .sync_every = 64, .device = (int)(t % devices)};
         pthread_create(&w[t].tid, NULL, churn, &w[t]);
     }
     double cpu_synced = 0;

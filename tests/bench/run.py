@@ -228,6 +228,15 @@ WORKLOADS = (
         for size in ("1G", "16G", "64G")
     ),
     Workload(
+        "device-pool-2t-2dev",
+        "cudaMalloc+cudaFree pairs, PyTorch segment sizes, 2 threads, one per device",
+        DEVICE_PROGRAM,
+        ("2", DEVICE_PAIRS),
+        env={"FAKECUDA_MEM": "8G", "FAKECUDA_DEVICES": "2", "FA_BENCH_DEVICES": "2"},
+        allocators=("glibc", "forgealloc"),
+        metrics=DEVICE_METRICS,
+    ),
+    Workload(
         "device-pool-2t",
         "cudaMalloc+cudaFree pairs, PyTorch segment sizes, 2 threads",
         DEVICE_PROGRAM,
