@@ -4,8 +4,10 @@
  *
  * An unversioned definition in a preloaded object also takes calls bound
  * to libcudart.so.13's versioned symbols, including from libraries loaded
- * with dlopen(RTLD_LOCAL) (FIELD-NOTES).  The *_ptsz names are what code
- * built with --default-stream per-thread calls. */
+ * with dlopen(RTLD_LOCAL): the dynamic linker binds a versioned
+ * reference to an unversioned definition found first in the search
+ * order.  The *_ptsz names are what code built with --default-stream
+ * per-thread calls. */
 #include "cudart.h"
 #include "device.h"
 

@@ -47,7 +47,7 @@ void tc_delete_sized_aligned(void *p, size_t size, size_t align);
 
 /* tcmalloc's release-rate flag.  TCMALLOC_RELEASE_RATE is read once, at
  * load, but the flag is re-read at every scavenge, so writing it takes
- * effect at once (FIELD-NOTES; gperftools 2.10 has no API for it).  Weak:
+ * effect at once (gperftools 2.10 has no API for it).  Weak:
  * another tcmalloc build without the symbol leaves it NULL. */
 extern double fa_tc_release_rate __asm__(
     "_ZN62FLAG__namespace_do_not_use_directly_use_DECLARE_double_instead27FLAGS_tcmalloc_release_rateE")

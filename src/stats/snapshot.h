@@ -107,7 +107,7 @@ enum fa_field_metric {
 #define FA_HOST_RELEASE_ROW(name, doc, X) \
     X("release." #name "_bytes", FA_COUNTER, FA_METRIC, 1, s->released_by[FA_REL_##name], doc)
 
-/* Per-device numbers: JSON keys of device.devices[] (DESIGN.md), unit and
+/* Per-device numbers: JSON keys of device.devices[] (the README lists them), unit and
  * meaning.  allocs = pool_allocs + fallback_allocs. */
 #define FA_DEVICE_FIELDS(X)                                                                          \
     X(pool_bytes, "bytes", "memory reserved from the driver for the pool")                           \

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Calls that entered the shim: the JSON keys host.calls.* (DESIGN.md).
+/* Calls that entered the shim: the JSON keys host.calls.* (a documented interface).
  * new = every operator new/new[] variant; delete = every operator
  * delete/delete[] variant; free = free, cfree, free_sized, free_aligned_sized. */
 #define FA_HOST_CALLS(X)                                                                                  \
