@@ -309,14 +309,21 @@ static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expe
             else
                 fa_buf_putc(b, *c);
         }
-    } else {
-        fa_buf_str(b, expected);
-    }
-    if ((d->type == FA_TYPE_SIZE || d->type == FA_TYPE_SIZE_POW2) && (d->min != 0 || d->max != 0)) {
+    } else if ((d->type == FA_TYPE_SIZE || d->type == FA_TYPE_SIZE_POW2) && (d->min != 0 || d->max != 0)) {
+        /* "a power of two from 1.00 MiB to 1.00 TiB (use 64M, ...)": the
+         * range belongs to the kind of value, before the examples. */
+        const char *examples = strstr(expected, " (");
+        size_t kind = examples ? (size_t)(examples - expected) : strlen(expected);
+        for (size_t i = 0; i < kind; i++)
+            fa_buf_putc(b, expected[i]);
         fa_buf_str(b, " from ");
         fa_buf_bytes(b, (uint64_t)d->min);
         fa_buf_str(b, " to ");
         fa_buf_bytes(b, (uint64_t)d->max);
+        if (examples)
+            fa_buf_str(b, examples);
+    } else {
+        fa_buf_str(b, expected);
     }
     if (d->type == FA_TYPE_NUM || d->type == FA_TYPE_SECONDS) {
         fa_buf_str(b, " from ");

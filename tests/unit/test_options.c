@@ -328,8 +328,8 @@ static void test_size_ranges(void **state)
     fa_capture_stderr_begin();
     assert_int_equal(fa_options_load(env), 1); /* what FORGEALLOC_STRICT counts */
     fa_capture_stderr_end(out, sizeof out);
-    assert_string_equal(out, "forgealloc: FORGEALLOC_DEVICE_CHUNK_SIZE='3M' is not a power of two (use 64M, 256MiB or "
-                             "1G) from 1.00 MiB to 1.00 TiB; using 64.0 MiB\n");
+    assert_string_equal(out, "forgealloc: FORGEALLOC_DEVICE_CHUNK_SIZE='3M' is not a power of two from 1.00 MiB to "
+                             "1.00 TiB (use 64M, 256MiB or 1G); using 64.0 MiB\n");
     assert_int_equal(fa_opt_u64(FA_OPT_DEVICE_CHUNK_SIZE), 64ull << 20);
     char *none[] = {NULL};
     fa_options_load(none);
