@@ -41,6 +41,12 @@
 #include "ptrmap.h"
 #include "vmpool.h"
 
+/* A synchronisation's epoch in the pool of one generation (see devstate). */
+typedef struct {
+    uint32_t epoch;
+    unsigned generation;
+} epoch;
+
 /* RESERVING and RESETTING: a thread makes driver calls for the pool
  * without the lock; no other thread reserves or resets meanwhile. */
 enum pool_state { UNTOUCHED, RESERVING, READY, PASSTHROUGH, RESETTING };
@@ -62,6 +68,7 @@ typedef struct devstate {
     uint64_t last_grow_ms;   /* CLOCK_MONOTONIC */
     unsigned peers;          /* bit p: device p may access this pool (cudaDeviceEnablePeerAccess) */
     int used;                /* some cudaMalloc/cudaFree reached this device */
+    unsigned generation;     /* resets so far: a pool is the same pool only within one */
     fa_device_stats st;      /* written under `lock`, read without it */
 } devstate;
 
@@ -532,6 +539,7 @@ static bool grow_pool(const fa_cudart *rt, devstate *d)
     pthread_mutex_lock(&d->lock);
     bool may = d->state == READY && d->kind == KIND_CHUNKS && d->pool.bytes < d->target && !capturing();
     size_t chunk = d->pool.chunk_size;
+    unsigned generation = d->generation;
     pthread_mutex_unlock(&d->lock);
     if (!may)
         return false;
@@ -541,12 +549,18 @@ static bool grow_pool(const fa_cudart *rt, devstate *d)
         absorb(rt, clear);
         return false;
     }
+    /* A reset while the driver was asked (and perhaps a new pool since)
+     * freed p or made it another pool's: only the same pool takes it. */
     pthread_mutex_lock(&d->lock);
-    bool ok = d->state == READY && fa_pool_add_chunk(&d->pool, (uintptr_t)p);
+    bool same = d->generation == generation && d->state == READY && d->kind == KIND_CHUNKS;
+    bool ok = same && fa_pool_add_chunk(&d->pool, (uintptr_t)p);
     sync_stats(d);
     pthread_mutex_unlock(&d->lock);
-    if (!ok)
-        drv_free(rt, d, p);
+    if (!ok) {
+        clear = error_clear(rt);
+        if (drv_free(rt, d, p) != 0)
+            absorb(rt, clear); /* already gone with the reset */
+    }
     return ok;
 }
 
@@ -574,29 +588,32 @@ static bool pool_alloc(devstate *d, int dev, size_t n, void **out)
 
 /* A device synchronisation is starting: if d has quarantined blocks, true
  * and *e, the epoch whose blocks it will make safe to reuse. */
-static bool epoch_begin(devstate *d, uint32_t *e)
+static bool epoch_begin(devstate *d, epoch *e)
 {
     pthread_mutex_lock(&d->lock);
     bool any = false;
+    e->generation = d->generation;
     if (d->state == READY && d->kind == KIND_VMM && d->vm.quarantined > 0) {
-        *e = fa_vm_sync_begin(&d->vm);
+        e->epoch = fa_vm_sync_begin(&d->vm);
         any = true;
     } else if (d->state == READY && d->kind == KIND_CHUNKS && d->pool.quarantined > 0) {
-        *e = fa_pool_sync_begin(&d->pool);
+        e->epoch = fa_pool_sync_begin(&d->pool);
         any = true;
     }
     pthread_mutex_unlock(&d->lock);
     return any;
 }
 
-/* The synchronisation begun at epoch e succeeded: release its blocks. */
-static void epoch_end(devstate *d, uint32_t e)
+/* The synchronisation begun at e succeeded: release its blocks (those of
+ * the same pool: a reset in between made a new one, whose epochs are its
+ * own). */
+static void epoch_end(devstate *d, epoch e)
 {
     pthread_mutex_lock(&d->lock);
-    if (d->state == READY && d->kind == KIND_VMM)
-        fa_vm_sync_end(&d->vm, e);
-    else if (d->state == READY && d->kind == KIND_CHUNKS)
-        fa_pool_sync_end(&d->pool, e);
+    if (d->generation == e.generation && d->state == READY && d->kind == KIND_VMM)
+        fa_vm_sync_end(&d->vm, e.epoch);
+    else if (d->generation == e.generation && d->state == READY && d->kind == KIND_CHUNKS)
+        fa_pool_sync_end(&d->pool, e.epoch);
     sync_stats(d);
     pthread_mutex_unlock(&d->lock);
 }
@@ -605,7 +622,7 @@ static void epoch_end(devstate *d, uint32_t e)
  * there was nothing to free, a capture is running, or the sync failed. */
 static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
 {
-    uint32_t e;
+    epoch e;
     if (capturing() || !rt->cudaDeviceSynchronize || !epoch_begin(d, &e))
         return false;
     bool clear = error_clear(rt);
@@ -868,6 +885,7 @@ fa_cuda_error fa_device_reset(void)
         fa_pool_clear(&d->pool);
     }
     d->fallback_bytes = 0;
+    d->generation++;
     __atomic_store_n(&d->kind, KIND_NONE, __ATOMIC_RELEASE);
     __atomic_store_n(&d->state, RESETTING, __ATOMIC_RELEASE);
     sync_stats(d);
@@ -890,7 +908,7 @@ fa_cuda_error fa_device_synchronize(void)
         return FA_CUDA_ERROR_INITIALIZATION;
     int dev = current_device(rt);
     devstate *d = dev >= 0 ? &devs[dev] : NULL;
-    uint32_t e = 0;
+    epoch e = {0, 0};
     bool any = d && epoch_begin(d, &e);
     fa_cuda_error r = rt->cudaDeviceSynchronize();
     if (r == 0 && any) /* the application's sync frees our quarantine too */
