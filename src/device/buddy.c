@@ -4,6 +4,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "bits.h"
+
 static void push(fa_buddy *b, uint32_t u, unsigned k)
 {
     b->u[u].state = FA_BUDDY_FREE;
@@ -68,7 +70,6 @@ void fa_buddy_destroy(fa_buddy *b)
     memset(b, 0, sizeof *b);
 }
 
-static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
 
 bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr) { return fa_buddy_alloc_pref(b, bytes, NULL, NULL, addr); }
 
@@ -79,7 +80,7 @@ bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uint
         return false;
     uint64_t unit = (uint64_t)1 << b->min_shift;
     uint64_t n = ((uint64_t)bytes + unit - 1) >> b->min_shift;
-    unsigned k = ceil_log2(n);
+    unsigned k = fa_ceil_log2(n);
     if (k > b->max_order || ((n << b->min_shift) - bytes) > UINT16_MAX) /* the slack must fit its field */
         return false;
     uint64_t avail = b->nonempty >> k;

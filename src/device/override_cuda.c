@@ -8,10 +8,9 @@
  * reference to an unversioned definition found first in the search
  * order.  The *_ptsz names are what code built with --default-stream
  * per-thread calls. */
+#include "../core/export.h"
 #include "cudart.h"
 #include "device.h"
-
-#define FA_EXPORT __attribute__((visibility("default")))
 
 FA_EXPORT fa_cuda_error cudaMalloc(void **p, size_t n) { return fa_device_malloc(p, n); }
 FA_EXPORT fa_cuda_error cudaFree(void *p) { return fa_device_free(p); }

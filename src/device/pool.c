@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bits.h"
+
 void fa_pool_init(fa_pool *p, size_t chunk_size)
 {
     /* Only the header: chunks[] beyond nchunks is never read, and not
@@ -69,7 +71,6 @@ static fa_chunk *chunk_of(const fa_pool *p, uintptr_t a)
 
 bool fa_pool_owns(const fa_pool *p, uintptr_t a) { return chunk_of(p, a) != NULL; }
 
-static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
 
 /* Take a cached block of exactly `units` units from chunk c (the first few
  * of its order are looked at). */
@@ -123,7 +124,7 @@ bool fa_pool_alloc(fa_pool *p, size_t n, uintptr_t *addr)
         return false;
     if (p->cached) {
         uint64_t units = ((uint64_t)n + ((uint64_t)1 << FA_POOL_UNIT_SHIFT) - 1) >> FA_POOL_UNIT_SHIFT;
-        unsigned k = ceil_log2(units);
+        unsigned k = fa_ceil_log2(units);
         for (int i = 0; i < p->nchunks; i++) {
             fa_chunk *c = p->chunks[i];
             uint32_t u;
@@ -183,7 +184,7 @@ uint64_t fa_pool_sync_end(fa_pool *p, uint32_t e)
             if ((int32_t)(c->buddy.u[u].prev - e) <= 0) {
                 *link = c->buddy.u[u].next;
                 uint64_t bytes = fa_buddy_alloc_bytes(&c->buddy, u);
-                unsigned k = ceil_log2(c->buddy.u[u].units);
+                unsigned k = fa_ceil_log2(c->buddy.u[u].units);
                 c->buddy.u[u].next = c->cache[k]; /* into the reuse cache */
                 c->cache[k] = u;
                 c->c_count++;

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "bits.h"
+
 enum { SMALL = 0, LARGE = 1 };
 
 #define MIN_ZONE ((size_t)128 << 20)
@@ -216,7 +218,6 @@ static bool backed(void *ctx, uintptr_t a, size_t bytes)
     return true;
 }
 
-static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(n - 1); }
 
 /* The reuse cache of the small zone: blocks out of the quarantine, kept
  * whole (held in the buddy, their bytes no longer counted as used) for the
@@ -224,7 +225,7 @@ static unsigned ceil_log2(uint64_t n) { return n <= 1 ? 0 : 64u - (unsigned)__bu
  * cannot place a request. */
 static void cache_put(fa_vm *v, uint32_t u)
 {
-    unsigned k = ceil_log2(v->small.u[u].units);
+    unsigned k = fa_ceil_log2(v->small.u[u].units);
     v->small.u[u].next = v->cache[k];
     v->cache[k] = u;
     v->cached += fa_buddy_alloc_bytes(&v->small, u);
@@ -233,7 +234,7 @@ static void cache_put(fa_vm *v, uint32_t u)
 /* A cached block of exactly `units` (the first few of its order). */
 static bool cache_take(fa_vm *v, uint32_t units, uint32_t *out)
 {
-    uint32_t *link = &v->cache[ceil_log2(units)];
+    uint32_t *link = &v->cache[fa_ceil_log2(units)];
     for (int looked = 0; *link != FA_BUDDY_NIL && looked < 8; looked++) {
         uint32_t u = *link;
         if (v->small.u[u].units == units) {

@@ -32,6 +32,7 @@
 #include "../stats/stats.h"
 #include "release.h"
 #include "served.h"
+#include "tcprop.h"
 
 /* tcmalloc's C++ entry points (gperftools/tcmalloc.h declares them for C++
  * only), with their C ABI: std::align_val_t is a size_t and a
@@ -161,14 +162,6 @@ static __attribute__((noinline)) void *large_done(void *p, size_t n, const char 
  * policy's table of large blocks says whether it is (a lookup, no call). */
 static inline bool maybe_large(const void *p) { return ((uintptr_t)p & 4095) == 0 && p && fa_release_tracking(); }
 
-
-static size_t prop(const char *name)
-{
-    size_t v = 0;
-    MallocExtension_GetNumericProperty(name, &v);
-    return v;
-}
-
 /* tcmalloc's numbers for reports made in a signal handler, which must not
  * call into tcmalloc (the thread it interrupted may hold tcmalloc's
  * locks).  Refreshed by ordinary reports and every 2^16 malloc or new
@@ -183,7 +176,7 @@ static int tc_cache_busy;
 static void tc_read(uint64_t out[FA_TC_COUNT])
 {
     for (int i = 0; i < FA_TC_COUNT; i++)
-        out[i] = prop(fa_tc_props[i]);
+        out[i] = fa_tc_prop(fa_tc_props[i]);
 }
 
 static void tc_cache_store(const uint64_t v[FA_TC_COUNT])
@@ -457,12 +450,12 @@ void fa_host_delete(void *p, size_t size, size_t align)
 void fa_host_mallinfo2(struct mallinfo2 *m)
 {
     memset(m, 0, sizeof *m);
-    size_t heap = prop("generic.heap_size");
-    size_t used = prop("generic.current_allocated_bytes");
-    size_t pfree = prop("tcmalloc.pageheap_free_bytes");
-    size_t unmapped = prop("tcmalloc.pageheap_unmapped_bytes");
-    size_t cached = prop("tcmalloc.central_cache_free_bytes") + prop("tcmalloc.transfer_cache_free_bytes") +
-                    prop("tcmalloc.thread_cache_free_bytes");
+    size_t heap = fa_tc_prop("generic.heap_size");
+    size_t used = fa_tc_prop("generic.current_allocated_bytes");
+    size_t pfree = fa_tc_prop("tcmalloc.pageheap_free_bytes");
+    size_t unmapped = fa_tc_prop("tcmalloc.pageheap_unmapped_bytes");
+    size_t cached = fa_tc_prop("tcmalloc.central_cache_free_bytes") + fa_tc_prop("tcmalloc.transfer_cache_free_bytes") +
+                    fa_tc_prop("tcmalloc.thread_cache_free_bytes");
     m->arena = heap > unmapped ? heap - unmapped : 0; /* mapped, not returned */
     m->uordblks = used;                          /* in use by the program */
     m->fordblks = pfree + cached;                /* free, kept by tcmalloc */

@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <new>
 
+#include "../core/export.h"
 #include "host.h"
 
-#define FA_EXPORT __attribute__((visibility("default")))
 #define AL(a) static_cast<std::size_t>(a)
 
 FA_EXPORT void *operator new(std::size_t n) { return fa_host_new(n, 0, false, FA_CALLER); }

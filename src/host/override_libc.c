@@ -12,9 +12,9 @@
 #include <malloc.h>
 #include <stdlib.h>
 
+#include "../core/export.h"
 #include "host.h"
 
-#define FA_EXPORT __attribute__((visibility("default")))
 #define FA_ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
 
 FA_EXPORT void *malloc(size_t n) { return fa_host_malloc(n, FA_CALLER); }

@@ -13,6 +13,7 @@
 #include "../core/options.h"
 #include "decay.h"
 #include "pressure.h"
+#include "tcprop.h"
 
 /* Live large blocks, by address: an open-addressing table with short
  * probes, written with compare-and-swap (large allocations are rare).  A
@@ -28,12 +29,6 @@ static large_slot *table;
 static uint64_t untracked;
 int fa_release_seen_large;
 
-static size_t property(const char *name)
-{
-    size_t v = 0;
-    MallocExtension_GetNumericProperty(name, &v);
-    return v;
-}
 
 static size_t slot_of(uintptr_t p) { return (size_t)((p >> 12) * 0x9E3779B97F4A7C15ull >> 48) & (TABLE_SLOTS - 1); }
 
@@ -198,12 +193,12 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
      * against later requests (extra_bytes_released_), so one call may
      * release nothing; a few rounds settle it. */
     for (int round = 0; round < 4 && got < want; round++) {
-        size_t before = property("tcmalloc.pageheap_unmapped_bytes");
+        size_t before = fa_tc_prop("tcmalloc.pageheap_unmapped_bytes");
         if (want == SIZE_MAX)
             MallocExtension_ReleaseFreeMemory();
         else
             MallocExtension_ReleaseToSystem(want - got);
-        size_t after = property("tcmalloc.pageheap_unmapped_bytes");
+        size_t after = fa_tc_prop("tcmalloc.pageheap_unmapped_bytes");
         got += after > before ? after - before : 0;
         if (want == SIZE_MAX)
             break;
@@ -223,7 +218,7 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
  * what the window remembers as demand. */
 static void sample(void)
 {
-    uint64_t free_bytes = property("tcmalloc.pageheap_free_bytes");
+    uint64_t free_bytes = fa_tc_prop("tcmalloc.pageheap_free_bytes");
     if (!decay_lock_try())
         return;
     uint64_t now = mono_ms();
@@ -242,7 +237,7 @@ static void sample(void)
 static void release_now(uint64_t threshold)
 {
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
-    size_t free_bytes = property("tcmalloc.pageheap_free_bytes");
+    size_t free_bytes = fa_tc_prop("tcmalloc.pageheap_free_bytes");
     if (free_bytes > threshold / 2)
         release_and_count(free_bytes - threshold / 2, FA_REL_threshold); /* retries tcmalloc's credit itself */
 }
@@ -275,7 +270,7 @@ static uint64_t covering(uint64_t spell_ms, uint64_t delay, unsigned max)
  * tick count against the releases being judged. */
 static void judge_tick(uint64_t now)
 {
-    uint64_t commit = property("tcmalloc.pageheap_total_commit_bytes");
+    uint64_t commit = fa_tc_prop("tcmalloc.pageheap_total_commit_bytes");
     uint64_t again = commit > last_commit ? commit - last_commit : 0;
     last_commit = commit;
     uint64_t delay = delay_ms();
@@ -317,7 +312,7 @@ uint64_t fa_release_tick(uint64_t now)
     int saved = errno;
     uint64_t keep = keep_bytes(), delay = delay_ms();
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
-    uint64_t held = property("tcmalloc.pageheap_free_bytes");
+    uint64_t held = fa_tc_prop("tcmalloc.pageheap_free_bytes");
     bool busy_heap = false;
     decay_lock_take();
     decay_start(now);

@@ -9,9 +9,8 @@
 #define _GNU_SOURCE
 #include <signal.h>
 
+#include "../core/export.h"
 #include "signals.h"
-
-#define FA_EXPORT __attribute__((visibility("default")))
 
 FA_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *oact) { return fa_signals_action(FA_SIGCALL_SIGACTION, sig, act, oact); }
 FA_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction *oact) { return fa_signals_action(FA_SIGCALL_SIGACTION_GLIBC, sig, act, oact); }
