@@ -27,6 +27,8 @@ import time
 
 import torch
 
+from model_switch import rss_anon_bytes
+
 MIB = 1 << 20
 HIDDEN, MLP = 1280, 5120  # an OpenCLIP-bigG-sized transformer layer
 LAYER = (
@@ -42,14 +44,6 @@ LAYER = (
     (HIDDEN,),
 )
 EMBEDDING = (49408, HIDDEN)
-
-
-def rss_anon_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return -1
 
 
 def encoder_shapes(target_bytes):
