@@ -4,9 +4,10 @@
  * policy's next tick, the next periodic dump, the device pools' next look
  * at what they grew; with none due it sleeps until woken.  Waking costs a
  * system call only while it sleeps without a deadline or with one further
- * than WAKE_SLACK_MS away.  It holds no lock of ours while it calls into tcmalloc, so
- * tcmalloc's own fork handlers (which take every tcmalloc lock) never wait
- * on us, and fork needs nothing from it: the child simply has no thread. */
+ * than WAKE_SLACK_MS away.  It holds no lock of ours while it calls into
+ * tcmalloc, so tcmalloc's own fork handlers (which take every tcmalloc
+ * lock) never wait on us, and fork needs nothing from it: the child simply
+ * has no thread. */
 #define _GNU_SOURCE
 #include "background.h"
 
