@@ -44,8 +44,14 @@ cudaError_t gc_late_fill(void *p, size_t n, uint64_t seed, double ms, cudaStream
 cudaError_t gc_graph_run(cudaGraph_t g, cudaStream_t s);
 void gc_graph_destroy(cudaGraph_t g);
 
-/* The pattern itself (host side). */
-static inline uint64_t gc_word(uint64_t seed, uint64_t i)
+/* The pattern itself: the same function on the host (the stand-in's
+ * backend) and in the kernels. */
+#ifdef __CUDACC__
+#define GC_HOST_DEVICE __host__ __device__
+#else
+#define GC_HOST_DEVICE
+#endif
+static inline GC_HOST_DEVICE uint64_t gc_word(uint64_t seed, uint64_t i)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + i + 1;
     x ^= x >> 31;

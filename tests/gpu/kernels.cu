@@ -9,15 +9,6 @@
 
 __device__ unsigned long long gc_bad[GC_SLOTS];
 
-__device__ static uint64_t word(uint64_t seed, uint64_t i)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + i + 1;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    return x;
-}
-
 __device__ static unsigned long long now_ns()
 {
     unsigned long long t;
@@ -37,9 +28,9 @@ __global__ void fill_kernel(unsigned char *p, size_t n, uint64_t seed, unsigned 
     size_t words = n / 8;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
-        reinterpret_cast<uint64_t *>(p)[i] = word(seed, i);
+        reinterpret_cast<uint64_t *>(p)[i] = gc_word(seed, i);
     if (blockIdx.x == 0 && threadIdx.x < n % 8) {
-        uint64_t w = word(seed, words);
+        uint64_t w = gc_word(seed, words);
         p[8 * words + threadIdx.x] = reinterpret_cast<unsigned char *>(&w)[threadIdx.x];
     }
 }
@@ -50,9 +41,9 @@ __global__ void verify_kernel(const unsigned char *p, size_t n, uint64_t seed, i
     size_t stride = (size_t)gridDim.x * blockDim.x;
     unsigned long long bad = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
-        bad += reinterpret_cast<const uint64_t *>(p)[i] != word(seed, i);
+        bad += reinterpret_cast<const uint64_t *>(p)[i] != gc_word(seed, i);
     if (blockIdx.x == 0 && threadIdx.x == 0 && n % 8) {
-        uint64_t w = word(seed, words);
+        uint64_t w = gc_word(seed, words);
         for (size_t k = 0; k < n % 8; k++)
             bad += p[8 * words + k] != reinterpret_cast<unsigned char *>(&w)[k];
     }
