@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,7 +166,23 @@ static const char *const fn_names[FN_COUNT] = {
     FAKECUDA_FUNCS(X) FAKECUDA_DRIVER_FUNCS(X)
 #undef X
 };
-static unsigned long fn_calls[FN_COUNT];
+/* Per-function call counters, one row per thread slot (threads take slots
+ * round-robin; two threads sharing one still count right, atomically): a
+ * counter line shared by all threads would make every call contend, which
+ * the real runtime does not. */
+#define FC_CALL_SLOTS 64
+static struct {
+    unsigned long n[FN_COUNT];
+} __attribute__((aligned(64))) fn_calls[FC_CALL_SLOTS];
+static unsigned next_call_slot;
+static _Thread_local int tl_call_slot = -1;
+
+static void count_call(enum fc_fn fn)
+{
+    if (tl_call_slot < 0)
+        tl_call_slot = (int)(__atomic_fetch_add(&next_call_slot, 1, __ATOMIC_RELAXED) % FC_CALL_SLOTS);
+    __atomic_fetch_add(&fn_calls[tl_call_slot].n[fn], 1, __ATOMIC_RELAXED);
+}
 
 /* ---- messages ---------------------------------------------------------------- */
 
@@ -304,7 +321,7 @@ static void init_locked(void)
         l->device = d;
         l->is_legacy = 1;
     }
-    g.ready = 1;
+    __atomic_store_n(&g.ready, 1, __ATOMIC_RELEASE);
 }
 
 /* ---- entry and exit of every exported function ---------------------------------- */
@@ -336,17 +353,50 @@ static int needs_driver(enum fc_fn fn)
 /* Count the call and take the lock.  Returns cudaErrorInitializationError
  * for a driver call in a child forked after the parent used the driver (as
  * CUDA does: it cannot be used across fork), else cudaSuccess. */
-static cudaError_t enter(enum fc_fn fn)
+static cudaError_t enter_counted(enum fc_fn fn)
 {
-    __atomic_fetch_add(&fn_calls[fn], 1, __ATOMIC_RELAXED);
     lock();
     if (!needs_driver(fn))
         return cudaSuccess;
     if (g.forked_child)
         return cudaErrorInitializationError;
-    g.driver_used = 1;
+    __atomic_store_n(&g.driver_used, 1, __ATOMIC_RELAXED);
     return cudaSuccess;
 }
+
+static cudaError_t enter(enum fc_fn fn)
+{
+    count_call(fn);
+    return enter_counted(fn);
+}
+
+/* The calls the real runtime answers from the calling thread's own state
+ * (cudaGetDevice, cudaGetLastError, cudaPeekAtLastError) take no lock
+ * there; two threads calling them must not contend here either.  Counts
+ * the call; true with *rc set when it may go on without the lock (the
+ * environment has been read, no trace line is due), false after taking
+ * the lock as enter() does, with *rc set the same way. */
+static bool enter_local(enum fc_fn fn, cudaError_t *rc)
+{
+    count_call(fn);
+    if (!__atomic_load_n(&g.ready, __ATOMIC_ACQUIRE) || g.trace) {
+        *rc = enter_counted(fn);
+        return false;
+    }
+    *rc = cudaSuccess;
+    if (needs_driver(fn)) {
+        if (__atomic_load_n(&g.forked_child, __ATOMIC_RELAXED))
+            *rc = cudaErrorInitializationError;
+        else if (!__atomic_load_n(&g.driver_used, __ATOMIC_RELAXED))
+            __atomic_store_n(&g.driver_used, 1, __ATOMIC_RELAXED);
+    }
+    return true;
+}
+
+/* leave() for enter_local: records rc as leave() would, and unlocks only
+ * if enter_local locked. */
+static cudaError_t leave_local(bool unlocked, enum fc_fn fn, cudaError_t rc, int record, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* fork(): the forking thread holds the lock across it, so no other thread
  * is inside the runtime and the child's state is consistent; the child (whose
@@ -355,7 +405,7 @@ static void fork_prepare(void) { pthread_mutex_lock(&g.lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&g.lock); }
 static void fork_child(void)
 {
-    if (g.driver_used)
+    if (__atomic_load_n(&g.driver_used, __ATOMIC_RELAXED))
         g.forked_child = 1;
     pthread_mutex_unlock(&g.lock);
 }
@@ -399,6 +449,20 @@ static cudaError_t leave_quiet(enum fc_fn fn, cudaError_t rc, const char *fmt, .
     va_list ap;
     va_start(ap, fmt);
     rc = vleave(fn, rc, 0, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static cudaError_t leave_local(bool unlocked, enum fc_fn fn, cudaError_t rc, int record, const char *fmt, ...)
+{
+    if (unlocked) {
+        if (record && rc != cudaSuccess && rc != cudaErrorNotReady)
+            tl_last_error = rc;
+        return rc;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    rc = vleave(fn, rc, record, fmt, ap);
     va_end(ap);
     return rc;
 }
@@ -1752,13 +1816,14 @@ FAKECUDA_API cudaError_t cudaGetDeviceCount(int *count)
 
 FAKECUDA_API cudaError_t cudaGetDevice(int *device)
 {
-    cudaError_t rc = enter(FN_cudaGetDevice);
+    cudaError_t rc;
+    bool unlocked = enter_local(FN_cudaGetDevice, &rc);
     int dev = -1;
     if (!rc)
         rc = device ? current_device(&dev) : cudaErrorInvalidValue;
     if (!rc)
         *device = dev;
-    return leave(FN_cudaGetDevice, rc, "device=%d", dev);
+    return leave_local(unlocked, FN_cudaGetDevice, rc, 1, "device=%d", dev);
 }
 
 FAKECUDA_API cudaError_t cudaSetDevice(int device)
@@ -1893,16 +1958,18 @@ FAKECUDA_API cudaError_t cudaEventDestroy(cudaEvent_t event)
 
 FAKECUDA_API cudaError_t cudaGetLastError(void)
 {
-    enter(FN_cudaGetLastError);
-    cudaError_t rc = tl_last_error;
+    cudaError_t rc;
+    bool unlocked = enter_local(FN_cudaGetLastError, &rc);
+    rc = tl_last_error;
     tl_last_error = cudaSuccess;
-    return leave_quiet(FN_cudaGetLastError, rc, "%s", "");
+    return leave_local(unlocked, FN_cudaGetLastError, rc, 0, "%s", "");
 }
 
 FAKECUDA_API cudaError_t cudaPeekAtLastError(void)
 {
-    enter(FN_cudaPeekAtLastError);
-    return leave_quiet(FN_cudaPeekAtLastError, tl_last_error, "%s", "");
+    cudaError_t rc;
+    bool unlocked = enter_local(FN_cudaPeekAtLastError, &rc);
+    return leave_local(unlocked, FN_cudaPeekAtLastError, tl_last_error, 0, "%s", "");
 }
 
 FAKECUDA_API const char *cudaGetErrorString(cudaError_t error)
@@ -2160,14 +2227,20 @@ FAKECUDA_API unsigned long fakecuda_calls(const char *fn)
 {
     for (int i = 0; fn && i < FN_COUNT; i++)
         if (strcmp(fn_names[i], fn) == 0)
-            return __atomic_load_n(&fn_calls[i], __ATOMIC_RELAXED);
+        {
+            unsigned long sum = 0;
+            for (int t = 0; t < FC_CALL_SLOTS; t++)
+                sum += __atomic_load_n(&fn_calls[t].n[i], __ATOMIC_RELAXED);
+            return sum;
+        }
     return 0;
 }
 
 FAKECUDA_API void fakecuda_reset_counters(void)
 {
-    for (int i = 0; i < FN_COUNT; i++)
-        __atomic_store_n(&fn_calls[i], 0, __ATOMIC_RELAXED);
+    for (int t = 0; t < FC_CALL_SLOTS; t++)
+        for (int i = 0; i < FN_COUNT; i++)
+            __atomic_store_n(&fn_calls[t].n[i], 0, __ATOMIC_RELAXED);
 }
 
 FAKECUDA_API size_t fakecuda_used(int device)
