@@ -126,7 +126,11 @@ static void resolve_driver(void)
 
 const fa_cudrv *fa_cudrv_get(const fa_cudart *r)
 {
-    __atomic_store_n(&drv_rt_arg, r, __ATOMIC_RELEASE); /* every caller passes the same */
+    /* Every caller passes the same runtime.  Stored only while unset: a
+     * store on every call would make threads on different devices fight
+     * over this line on every cudaMalloc. */
+    if (!__atomic_load_n(&drv_rt_arg, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&drv_rt_arg, r, __ATOMIC_RELEASE);
     pthread_once(&drv_once, resolve_driver);
     return __atomic_load_n(&drv_found, __ATOMIC_ACQUIRE) ? &drv : NULL;
 }

@@ -54,22 +54,28 @@ enum pool_kind { KIND_NONE, KIND_CHUNKS, KIND_VMM };
 
 #define IDLE_SPELL_MS 10000 /* grown pieces go back after this long without growth */
 
-typedef struct devstate {
-    pthread_mutex_t lock;    /* everything here; state, kind, vm_base, vm_bytes, peers are also read atomically */
-    pthread_cond_t settled;  /* broadcast when state leaves RESERVING or RESETTING */
+/* Laid out in cache lines by who writes them: the fields every thread's
+ * cudaFree reads (to find the owning device) change only at reservation
+ * and reset; the lock and the pool change with every call on this device;
+ * the stats are written on every call too.  A thread working on one device
+ * then never writes a line another device's thread reads. */
+typedef struct __attribute__((aligned(64))) devstate {
+    /* under `lock`, and read atomically without it */
     int state;
     int kind;
-    fa_pool pool;            /* KIND_CHUNKS */
-    fa_vm vm;                /* KIND_VMM */
     uintptr_t vm_base;       /* the reservation, 0 when none */
     size_t vm_bytes;
+    unsigned peers;          /* bit p: device p may access this pool (cudaDeviceEnablePeerAccess) */
+    pthread_mutex_t lock __attribute__((aligned(64))); /* everything here */
+    pthread_cond_t settled;  /* broadcast when state leaves RESERVING or RESETTING */
+    fa_pool pool;            /* KIND_CHUNKS */
+    fa_vm vm;                /* KIND_VMM */
     uint64_t target;         /* pool bytes wanted (kept once used) */
     uint64_t fallback_bytes; /* requested bytes of live driver allocations */
     uint64_t last_grow_ms;   /* CLOCK_MONOTONIC */
-    unsigned peers;          /* bit p: device p may access this pool (cudaDeviceEnablePeerAccess) */
     int used;                /* some cudaMalloc/cudaFree reached this device */
     unsigned generation;     /* resets so far: a pool is the same pool only within one */
-    fa_device_stats st;      /* written under `lock`, read without it */
+    fa_device_stats st __attribute__((aligned(64))); /* written under `lock`, read without it */
 } devstate;
 
 static devstate devs[FA_MAX_DEVICES] = {
