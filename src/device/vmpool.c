@@ -239,6 +239,11 @@ static bool cache_take(fa_vm *v, uint32_t units, uint32_t *out)
         uint32_t u = *link;
         if (v->small.u[u].units == units) {
             *link = v->small.u[u].next;
+            /* The next request of this size reads the new head: blocks
+             * cycle through the whole pool between synchronisations, so
+             * it is rarely in cache by then unless fetched now. */
+            if (*link != FA_BUDDY_NIL)
+                __builtin_prefetch(&v->small.u[*link]);
             v->cached -= fa_buddy_alloc_bytes(&v->small, u);
             *out = u;
             return true;
@@ -436,6 +441,8 @@ uint64_t fa_vm_sync_end(fa_vm *v, uint32_t e)
             v->q_head[z] = b->u[u].next;
             if (v->q_head[z] == FA_VM_NIL)
                 v->q_tail[z] = FA_VM_NIL;
+            else
+                __builtin_prefetch(&b->u[v->q_head[z]]); /* fetched while this one is released */
             uintptr_t a = b->base + ((uintptr_t)u << b->min_shift);
             size_t bytes = fa_buddy_alloc_bytes(b, u);
             if (z == SMALL) {
