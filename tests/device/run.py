@@ -7,7 +7,6 @@ the stand-in libcudart in this directory.
 --vmm 0 makes the stand-in's devices report no virtual-memory support, so
 the chunk pool serves; the default is the pool of physical pieces.
 Exit 0 = pass, 1 = fail."""
-import argparse
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import check_stats_json  # noqa: E402
-from harness import check, run_case  # noqa: E402
+from harness import check, main  # noqa: E402
 
 A = None
 
@@ -270,17 +269,11 @@ def case_kind_off():
     check("FORGEALLOC_DEVICE_VMM=0" in r.stderr, r.stderr)
 
 
-def main():
-    global A
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--lib", required=True)
+def options(ap):
     ap.add_argument("--bindir", required=True)
     ap.add_argument("--cudart-dir", required=True)
     ap.add_argument("--vmm", choices=["0", "1"], default="1")
-    A = ap.parse_args()
-    return run_case(globals(), A.case)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals(), "A", options))

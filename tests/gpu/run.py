@@ -8,7 +8,6 @@ their comparisons on any machine.
     run.py CASE --lib /abs/libforgealloc.so --bindir DIR [--python PY] [--fake --cudart-dir DIR]
 
 Exit 0 = pass, 1 = fail, 77 = skipped (no GPU, no PyTorch with CUDA)."""
-import argparse
 import glob
 import json
 import os
@@ -17,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import SKIP, check, run_case  # noqa: E402
+from harness import SKIP, check, main  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
@@ -265,20 +264,17 @@ def case_torch_frag():
     near(native, shim, "largest_bytes")
 
 
-def main():
-    global A
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--lib", required=True)
+def options(ap):
     ap.add_argument("--bindir", required=True)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--fake", action="store_true")
     ap.add_argument("--cudart-dir")
-    A = ap.parse_args()
-    if A.fake and not A.cudart_dir:
+
+
+def validate(ap, a):
+    if a.fake and not a.cudart_dir:
         ap.error("--fake needs --cudart-dir")
-    return run_case(globals(), A.case)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals(), "A", options, validate))

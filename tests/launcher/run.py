@@ -5,7 +5,6 @@ helper, run for real.
     run.py CASE --lib /abs/libforgealloc.so --builddir DIR --srcdir DIR [--python PY]
 
 Exit 0 = pass, 1 = fail, 77 = skipped."""
-import argparse
 import glob
 import json
 import os
@@ -16,7 +15,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import SKIP, check, run_case  # noqa: E402
+from harness import SKIP, check, main  # noqa: E402
 
 A = None
 
@@ -427,18 +426,11 @@ def case_shellcheck():
     check(r.returncode == 0, r.stdout)
 
 
-def main():
-    global A
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--lib", required=True)
+def options(ap):
     ap.add_argument("--builddir", required=True)
     ap.add_argument("--srcdir", required=True)
     ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
-    A = ap.parse_args()
-    A.lib = os.path.realpath(A.lib)
-    return run_case(globals(), A.case)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals(), "A", options))

@@ -6,7 +6,6 @@
 Each case is a function below; ctest runs one case per test.  Exit status
 0 = pass, 1 = fail (with the reason printed), 77 = skipped (ctest's
 SKIP_RETURN_CODE), e.g. PyTorch not installed."""
-import argparse
 import difflib
 import glob
 import json
@@ -21,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import check_stats_json  # noqa: E402
-from harness import SKIP, Failure, check, run_case  # noqa: E402
+from harness import SKIP, Failure, check, main  # noqa: E402
 
 ARGS = None
 
@@ -1023,17 +1022,10 @@ def case_cpython_suite():
     check(ndumps >= len(tests), f"only {ndumps} stats files written under the shim")
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--lib", required=True)
+def options(ap):
     ap.add_argument("--bindir", required=True)
     ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
-    ARGS = ap.parse_args()
-    ARGS.lib = os.path.abspath(ARGS.lib)
-    return run_case(globals(), ARGS.case)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals(), "ARGS", options))
