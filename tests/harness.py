@@ -8,6 +8,8 @@ import argparse
 import os
 
 SKIP = 77
+# The Python that real-client cases run: Debian's, which has the packages a user's has.
+DEFAULT_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
 
 
 class Failure(Exception):

@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import SKIP, check, main  # noqa: E402
+from harness import DEFAULT_PYTHON, SKIP, check, main  # noqa: E402
 
 A = None
 
@@ -429,7 +429,7 @@ def case_shellcheck():
 def options(ap):
     ap.add_argument("--builddir", required=True)
     ap.add_argument("--srcdir", required=True)
-    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
+    ap.add_argument("--python", default=DEFAULT_PYTHON)
 
 
 if __name__ == "__main__":

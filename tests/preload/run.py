@@ -20,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import check_stats_json  # noqa: E402
-from harness import SKIP, Failure, check, main  # noqa: E402
+from harness import DEFAULT_PYTHON, SKIP, Failure, check, main  # noqa: E402
 
 ARGS = None
 
@@ -1024,7 +1024,7 @@ def case_cpython_suite():
 
 def options(ap):
     ap.add_argument("--bindir", required=True)
-    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
+    ap.add_argument("--python", default=DEFAULT_PYTHON)
 
 
 if __name__ == "__main__":
