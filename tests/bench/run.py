@@ -440,8 +440,9 @@ def fmt_metric(value):
 
 
 def print_table(results):
+    w = max([15] + [len(workload.name) + 1 for workload, _ in results])  # the workload column
     header = (
-        f"{'workload':<15}{'allocator':<17}{'wall s':>8}  {'min-max':<15}{'x glibc':>8}{'x tcmalloc':>11}"
+        f"{'workload':<{w}}{'allocator':<17}{'wall s':>8}  {'min-max':<15}{'x glibc':>8}{'x tcmalloc':>11}"
         f"{'cpu s':>8}{'peak MB':>9}{'after MB':>10}  metrics"
     )
     print(header)
@@ -451,7 +452,7 @@ def print_table(results):
         base = {name: rows[name].get("wall_s") for name in ("glibc", "tcmalloc") if name in rows}
         for name, s in rows.items():
             if "wall_s" not in s:
-                print(f"{workload.name:<15}{name:<17}{'FAILED':>8}  (all {s['runs']} runs)")
+                print(f"{workload.name:<{w}}{name:<17}{'FAILED':>8}  (all {s['runs']} runs)")
                 continue
             ratios = [s["wall_s"] / base[b] if base.get(b) else None for b in ("glibc", "tcmalloc")]
             extra = ", ".join(
@@ -460,7 +461,7 @@ def print_table(results):
             if s["failed"]:
                 extra += f" [{s['failed']} of {s['runs']} runs FAILED]"
             print(
-                f"{workload.name:<15}{name:<17}{s['wall_s']:>8.3f}  "
+                f"{workload.name:<{w}}{name:<17}{s['wall_s']:>8.3f}  "
                 f"{s['wall_min_s']:.3f}-{s['wall_max_s']:<9.3f}"
                 f"{fmt(ratios[0], '.2f'):>8}{fmt(ratios[1], '.2f'):>11}{s['cpu_s']:>8.3f}"
                 f"{s['peak_rss_bytes'] / MB:>9.1f}{fmt(s.get('rss_after_unload'), '.1f', 1 / MB):>10}  {extra}"
