@@ -393,11 +393,6 @@ static bool enter_local(enum fc_fn fn, cudaError_t *rc)
     return true;
 }
 
-/* leave() for enter_local: records rc as leave() would, and unlocks only
- * if enter_local locked. */
-static cudaError_t leave_local(bool unlocked, enum fc_fn fn, cudaError_t rc, int record, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
 /* fork(): the forking thread holds the lock across it, so no other thread
  * is inside the runtime and the child's state is consistent; the child (whose
  * only thread is the forking one) releases it like the parent does. */
@@ -453,6 +448,10 @@ static cudaError_t leave_quiet(enum fc_fn fn, cudaError_t rc, const char *fmt, .
     return rc;
 }
 
+/* leave() for enter_local: records rc as leave() would, and unlocks only
+ * if enter_local locked. */
+static cudaError_t leave_local(bool unlocked, enum fc_fn fn, cudaError_t rc, int record, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 static cudaError_t leave_local(bool unlocked, enum fc_fn fn, cudaError_t rc, int record, const char *fmt, ...)
 {
     if (unlocked) {
@@ -2225,14 +2224,14 @@ FAKECUDA_API int fakecuda_enqueue_fill(cudaStream_t s, void *dst, int byte, size
 
 FAKECUDA_API unsigned long fakecuda_calls(const char *fn)
 {
-    for (int i = 0; fn && i < FN_COUNT; i++)
-        if (strcmp(fn_names[i], fn) == 0)
-        {
-            unsigned long sum = 0;
-            for (int t = 0; t < FC_CALL_SLOTS; t++)
-                sum += __atomic_load_n(&fn_calls[t].n[i], __ATOMIC_RELAXED);
-            return sum;
-        }
+    for (int i = 0; fn && i < FN_COUNT; i++) {
+        if (strcmp(fn_names[i], fn) != 0)
+            continue;
+        unsigned long sum = 0;
+        for (int t = 0; t < FC_CALL_SLOTS; t++)
+            sum += __atomic_load_n(&fn_calls[t].n[i], __ATOMIC_RELAXED);
+        return sum;
+    }
     return 0;
 }
 
