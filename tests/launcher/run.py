@@ -306,7 +306,7 @@ def case_system_preload():
         os.chmod(keep, 0o755)
         open(os.path.join(root, ".dockerenv"), "w").close()
         base = {"FORGEALLOC_STATS": "off"}
-        check(subprocess.run(["sh", "-c", f"ldconfig -p | grep -Po 'libtcmalloc.so.\\d' | head -n 1"],
+        check(subprocess.run(["sh", "-c", "ldconfig -p | grep -Po 'libtcmalloc.so.\\d' | head -n 1"],
                              capture_output=True, text=True).stdout.strip(), "libtcmalloc.so.N not in ldconfig -p")
 
         # Without the system preload: the script drops forgealloc, silently.

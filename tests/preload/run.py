@@ -513,12 +513,11 @@ def case_served_jemalloc_first():
     tcm = host["tcmalloc"]
     check(tcm["serves_malloc"] is False and all(tcm[k] is None for k in check_stats_json.TCMALLOC),
           f"tcmalloc numbers shown for a jemalloc process: {tcm}")
-    with tempfile.TemporaryDirectory() as d:
-        for fmt in ("text", "prometheus"):
-            r = run([prog("p_large"), "1M"], preload=False,
-                    env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_STATS=fmt, FORGEALLOC_LOG="error"))
-            check("tcmalloc" not in r.stderr.replace("served by", ""), f"{fmt} dump shows tcmalloc: {r.stderr}")
-            check("libjemalloc.so.2" in r.stderr, f"{fmt} dump does not name jemalloc: {r.stderr}")
+    for fmt in ("text", "prometheus"):
+        r = run([prog("p_large"), "1M"], preload=False,
+                env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_STATS=fmt, FORGEALLOC_LOG="error"))
+        check("tcmalloc" not in r.stderr.replace("served by", ""), f"{fmt} dump shows tcmalloc: {r.stderr}")
+        check("libjemalloc.so.2" in r.stderr, f"{fmt} dump does not name jemalloc: {r.stderr}")
 
 
 def case_served_python():
