@@ -53,8 +53,6 @@ static void vlog(char *storage, enum fa_log_level level, const char *fmt, va_lis
 
 void fa_log(enum fa_log_level level, const char *fmt, ...)
 {
-    if (!fa_log_enabled(level))
-        return;
     char storage[FA_LOG_LINE_MAX];
     va_list ap;
     va_start(ap, fmt);

@@ -70,7 +70,6 @@ void fa_buddy_destroy(fa_buddy *b)
     memset(b, 0, sizeof *b);
 }
 
-
 bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr) { return fa_buddy_alloc_pref(b, bytes, NULL, NULL, addr); }
 
 bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uintptr_t addr, size_t bytes), void *ctx,

@@ -71,7 +71,6 @@ static fa_chunk *chunk_of(const fa_pool *p, uintptr_t a)
 
 bool fa_pool_owns(const fa_pool *p, uintptr_t a) { return chunk_of(p, a) != NULL; }
 
-
 /* Take a cached block of exactly `units` units from chunk c (the first few
  * of its order are looked at). */
 static bool cache_take(fa_chunk *c, unsigned k, uint32_t units, uint32_t *out)

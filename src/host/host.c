@@ -446,7 +446,6 @@ void fa_host_delete(void *p, size_t size, size_t align)
 
 /* ---- introspection -------------------------------------------------------- */
 
-
 void fa_host_mallinfo2(struct mallinfo2 *m)
 {
     memset(m, 0, sizeof *m);

@@ -29,7 +29,6 @@ static large_slot *table;
 static uint64_t untracked;
 int fa_release_seen_large;
 
-
 static size_t slot_of(uintptr_t p) { return (size_t)((p >> 12) * 0x9E3779B97F4A7C15ull >> 48) & (TABLE_SLOTS - 1); }
 
 static large_slot *get_table(void)
