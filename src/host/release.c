@@ -15,34 +15,39 @@
 #include "pressure.h"
 #include "tcprop.h"
 
-/* Live large blocks, by address: an open-addressing table with short
- * probes, written with compare-and-swap (large allocations are rare).  A
- * block that finds no slot is counted in `untracked`; while that is
- * non-zero, page-aligned frees that miss the table ask tcmalloc. */
-#define TABLE_SLOTS ((size_t)1 << 16)
+/* Live large blocks, by address: open-addressing tables with short probes,
+ * written with compare-and-swap (large allocations are rare).  The first
+ * table is small, so a process with a few hundred large blocks keeps 64 KiB
+ * of it resident, not a page per block; a block whose probes find it full
+ * goes to the second, mapped when that first happens.  A block that finds
+ * no slot in either is counted in `untracked`; while that is non-zero,
+ * page-aligned frees that miss the tables ask tcmalloc. */
+#define LEVELS 2
+static const unsigned level_bits[LEVELS] = {12, 16};
 #define PROBES 8
 typedef struct {
     uintptr_t p;
     size_t n;
 } large_slot;
-static large_slot *table;
+static large_slot *tables[LEVELS];
 static uint64_t untracked;
 int fa_release_seen_large;
 
-static size_t slot_of(uintptr_t p) { return (size_t)((p >> 12) * 0x9E3779B97F4A7C15ull >> 48) & (TABLE_SLOTS - 1); }
+static size_t slot_of(uintptr_t p, unsigned bits) { return (size_t)((p >> 12) * 0x9E3779B97F4A7C15ull >> (64 - bits)); }
 
-static large_slot *get_table(void)
+static large_slot *get_table(int level)
 {
-    large_slot *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
+    large_slot *t = __atomic_load_n(&tables[level], __ATOMIC_ACQUIRE);
     if (t)
         return t;
-    void *m = mmap(NULL, TABLE_SLOTS * sizeof *t, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    size_t bytes = ((size_t)1 << level_bits[level]) * sizeof *t;
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED)
         return NULL;
     large_slot *expect = NULL;
-    if (!__atomic_compare_exchange_n(&table, &expect, (large_slot *)m, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        munmap(m, TABLE_SLOTS * sizeof *t); /* another thread won */
+    if (!__atomic_compare_exchange_n(&tables[level], &expect, (large_slot *)m, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        munmap(m, bytes); /* another thread won */
         return expect;
     }
     return (large_slot *)m;
@@ -50,11 +55,13 @@ static large_slot *get_table(void)
 
 static void remember(void *p, size_t n)
 {
-    large_slot *t = get_table();
     __atomic_store_n(&fa_release_seen_large, 1, __ATOMIC_RELAXED);
-    if (t) {
-        size_t i = slot_of((uintptr_t)p);
-        for (int k = 0; k < PROBES; k++, i = (i + 1) & (TABLE_SLOTS - 1)) {
+    for (int level = 0; level < LEVELS; level++) {
+        large_slot *t = get_table(level);
+        if (!t)
+            break;
+        size_t mask = ((size_t)1 << level_bits[level]) - 1, i = slot_of((uintptr_t)p, level_bits[level]);
+        for (int k = 0; k < PROBES; k++, i = (i + 1) & mask) {
             uintptr_t empty = 0;
             if (__atomic_compare_exchange_n(&t[i].p, &empty, (uintptr_t)p, false, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED)) {
@@ -70,10 +77,12 @@ void fa_release_remember(void *p, size_t n) { remember(p, n); }
 
 size_t fa_release_forget(void *p)
 {
-    large_slot *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
-    if (t) {
-        size_t i = slot_of((uintptr_t)p);
-        for (int k = 0; k < PROBES; k++, i = (i + 1) & (TABLE_SLOTS - 1)) {
+    for (int level = 0; level < LEVELS; level++) {
+        large_slot *t = __atomic_load_n(&tables[level], __ATOMIC_ACQUIRE);
+        if (!t)
+            break; /* a level is mapped only after the one before it */
+        size_t mask = ((size_t)1 << level_bits[level]) - 1, i = slot_of((uintptr_t)p, level_bits[level]);
+        for (int k = 0; k < PROBES; k++, i = (i + 1) & mask) {
             if (__atomic_load_n(&t[i].p, __ATOMIC_ACQUIRE) != (uintptr_t)p)
                 continue;
             size_t n = __atomic_load_n(&t[i].n, __ATOMIC_ACQUIRE);
@@ -83,7 +92,7 @@ size_t fa_release_forget(void *p)
     }
     if (__atomic_load_n(&untracked, __ATOMIC_RELAXED) == 0)
         return 0;
-    size_t n = tc_malloc_size(p); /* rare: the table was full around p */
+    size_t n = tc_malloc_size(p); /* rare: the tables were full around p */
     if (n < FA_RELEASE_MIN)
         return 0;
     __atomic_fetch_sub(&untracked, 1, __ATOMIC_RELAXED);
@@ -510,7 +519,7 @@ bool fa_release_in_background(void)
 
 void fa_release_fork_child(void)
 {
-    /* The table stays: the child inherits the parent's live blocks.  The
+    /* The tables stay: the child inherits the parent's live blocks.  The
      * child has no background thread: it starts its own when it needs one. */
     shrink = 0;
     busy = 0;
