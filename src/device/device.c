@@ -53,6 +53,13 @@ enum pool_state { UNTOUCHED, RESERVING, READY, PASSTHROUGH, RESETTING };
 enum pool_kind { KIND_NONE, KIND_CHUNKS, KIND_VMM };
 
 #define IDLE_SPELL_MS 10000 /* grown pieces go back after this long without growth */
+/* A program that frees without ever synchronising gets a synchronisation
+ * from the pool once this many blocks wait in quarantine (the driver's own
+ * cudaFree synchronises on every call).  Without it the quarantine of a
+ * large pool holds tens of thousands of blocks spread over the whole
+ * reservation, and each one's record costs a cache and TLB miss when it
+ * comes out: the cost per cudaMalloc would follow the pool's size. */
+#define QUARANTINE_MAX_BLOCKS 1024
 
 /* Laid out in cache lines by who writes them: the fields every thread's
  * cudaFree reads (to find the owning device) change only at reservation
@@ -770,9 +777,11 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
 }
 
 /* Quarantine p if a pool owns it: FA_VM_FREED / FA_VM_BAD_POINTER, or
- * FA_VM_NOT_OURS. */
-static int pool_free(uintptr_t p)
+ * FA_VM_NOT_OURS.  *full: the device whose quarantine reached
+ * QUARANTINE_MAX_BLOCKS with this free (-1: none). */
+static int pool_free(uintptr_t p, int *full)
 {
+    *full = -1;
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
         devstate *d = &devs[dev];
         if (state_of(d) != READY)
@@ -784,9 +793,11 @@ static int pool_free(uintptr_t p)
         size_t taken, requested;
         int res = FA_VM_NOT_OURS;
         pthread_mutex_lock(&d->lock);
-        if (d->state == READY && d->kind == KIND_VMM)
+        if (d->state == READY && d->kind == KIND_VMM) {
             res = fa_vm_free(&d->vm, p, &taken, &requested);
-        else if (d->state == READY && d->kind == KIND_CHUNKS) {
+            if (res == FA_VM_FREED && d->vm.quarantined_blocks >= QUARANTINE_MAX_BLOCKS)
+                *full = dev;
+        } else if (d->state == READY && d->kind == KIND_CHUNKS) {
             fa_pool_free_result c = fa_pool_free(&d->pool, p, &taken, &requested);
             res = c == FA_POOL_FREED ? FA_VM_FREED : c == FA_POOL_NOT_OURS ? FA_VM_NOT_OURS : FA_VM_BAD_POINTER;
         }
@@ -808,7 +819,10 @@ fa_cuda_error fa_device_free(void *p)
         return FA_CUDA_ERROR_INITIALIZATION;
     if (!p)
         return rt->cudaFree(p); /* cudaFree(NULL) creates the context: the driver's business */
-    int res = pool_free((uintptr_t)p);
+    int full;
+    int res = pool_free((uintptr_t)p, &full);
+    if (full >= 0)
+        sync_device(rt, &devs[full], full); /* leaves no error behind, succeeds or not */
     /* Inside the pool but not a live block (double free, interior pointer):
      * the driver must never see it, it would free a chunk or refuse. */
     if (res != FA_VM_NOT_OURS)

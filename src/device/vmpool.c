@@ -425,6 +425,7 @@ fa_vm_free_result fa_vm_free(fa_vm *v, uintptr_t a, size_t *taken, size_t *reque
     v->in_use -= *taken;
     v->requested -= *requested;
     v->quarantined += *taken;
+    v->quarantined_blocks++;
     return FA_VM_FREED;
 }
 
@@ -456,6 +457,7 @@ uint64_t fa_vm_sync_end(fa_vm *v, uint32_t e)
                     idle_push(v, i);
             }
             v->quarantined -= bytes;
+            v->quarantined_blocks--;
             released += bytes;
         }
     }

@@ -220,6 +220,36 @@ static int hazard(void)
     return failures;
 }
 
+/* A program that frees without ever synchronising: the pool synchronises
+ * once the quarantine holds 1024 blocks (device.c: QUARANTINE_MAX_BLOCKS),
+ * not before, and the work queued on the freed blocks has landed then.
+ * Run with room for every block (FAKECUDA_MEM=1G, a 256 MiB pool). */
+static int qcap(void)
+{
+    enum { CAP = 1024, N = 4 * KiB };
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s) == cudaSuccess);
+    for (int round = 1; round <= 2; round++) {
+        for (int i = 0; i < CAP; i++) {
+            unsigned char *b = dmalloc(N);
+            CHECK(fakecuda_enqueue_fill(s, b, 0xAA, N) == cudaSuccess);
+            CHECK(cudaFree(b) == cudaSuccess);
+            if (i == CAP - 2) {
+                CHECK(stat_of("device.0.device_syncs") == (uint64_t)round - 1);
+                CHECK(fakecuda_pending(0) == CAP - 1);
+                CHECK(stat_of("device.0.quarantine_bytes") == (CAP - 1) * N);
+            }
+        }
+        CHECK(stat_of("device.0.device_syncs") == (uint64_t)round);
+        CHECK(fakecuda_pending(0) == 0);
+        CHECK(stat_of("device.0.quarantine_bytes") == 0);
+        CHECK(cudaGetLastError() == cudaSuccess);
+    }
+    CHECK(stat_of("device.0.fallback_allocs") == 0);
+    cudaStreamDestroy(s);
+    return failures;
+}
+
 /* ---- out of memory ------------------------------------------------------------------ */
 
 /* Run with FAKECUDA_MEM=1G and a 512 MiB pool of 2 MiB pieces: the pool
@@ -705,6 +735,8 @@ int main(int argc, char **argv)
         return hazard() ? 1 : 0;
     if (strcmp(mode, "oom") == 0)
         return oom() ? 1 : 0;
+    if (strcmp(mode, "qcap") == 0)
+        return qcap() ? 1 : 0;
     if (strcmp(mode, "meminfo") == 0)
         return meminfo() ? 1 : 0;
     if (strcmp(mode, "twodev") == 0)
@@ -735,7 +767,7 @@ int main(int argc, char **argv)
         return giveback(argc > 2 ? atof(argv[2]) : 15) ? 1 : 0;
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
-    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|oom|meminfo|twodev|reset|reset_race|errors|capture"
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|oom|meminfo|twodev|reset|reset_race|errors|capture"
                     "|passthrough|blind|frag|pressure|peer|large|kind|giveback [S]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;

@@ -77,6 +77,11 @@ def case_pool_off():
     check(m["driver_malloc"] + m["driver_free"] == m["client_calls"], f"pass-through made other calls: {m}")
 
 
+def case_quarantine_cap():
+    # Room for every block: only the quarantine's length makes the pool synchronise.
+    ok(run(["qcap"], FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_MEM="1G"), "quarantine cap")
+
+
 def case_hazard():
     # A device no larger than the pool: when blocks are quarantined, growing is impossible and the pool syncs.
     ok(run(["hazard"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="64M"), "reuse hazard")
