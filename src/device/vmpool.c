@@ -218,7 +218,6 @@ static bool backed(void *ctx, uintptr_t a, size_t bytes)
     return true;
 }
 
-
 /* The reuse cache of the small zone: blocks out of the quarantine, kept
  * whole (held in the buddy, their bytes no longer counted as used) for the
  * next request of the same number of units; merged only when the buddy
