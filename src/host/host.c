@@ -470,17 +470,6 @@ int fa_host_trim(size_t pad)
 
 size_t fa_host_release_all(void) { return fa_release_all(); }
 
-static void (*stats_writer)(void); /* set at start by the process layer */
-
-void fa_host_set_stats_writer(void (*writer)(void)) { __atomic_store_n(&stats_writer, writer, __ATOMIC_RELEASE); }
-
-void fa_host_malloc_stats(void)
-{
-    void (*writer)(void) = __atomic_load_n(&stats_writer, __ATOMIC_ACQUIRE);
-    if (writer)
-        writer();
-}
-
 int fa_host_malloc_info(int options, FILE *fp)
 {
     if (options != 0 || fp == NULL) {

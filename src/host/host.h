@@ -43,11 +43,6 @@ struct mallinfo2;
 void fa_host_mallinfo2(struct mallinfo2 *out);
 int fa_host_trim(size_t pad);
 int fa_host_malloc_info(int options, FILE *fp);
-/* malloc_stats(): the process layer, which makes the reports, sets the
- * writer at start (fa_report_malloc_stats); until then malloc_stats prints
- * nothing. */
-void fa_host_set_stats_writer(void (*writer)(void));
-void fa_host_malloc_stats(void);
 
 /* Return all free memory to the OS; returns the bytes returned. */
 size_t fa_host_release_all(void);

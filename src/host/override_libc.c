@@ -1,6 +1,7 @@
 /* override_libc.c - the libc allocation names, each a one-line forward to
  * the host core (host.c).  This file and override_cxx.cc are the only
- * places that define malloc-family names.
+ * places that define malloc-family names, but for malloc_stats, which
+ * prints the process's report (src/process/override_stats.c).
  *
  * Complete coverage matters: a program that reaches glibc's
  * posix_memalign or malloc_usable_size while free goes to tcmalloc aborts
@@ -57,7 +58,6 @@ FA_EXPORT struct mallinfo mallinfo(void)
     return m;
 }
 FA_EXPORT int malloc_trim(size_t pad) { return fa_host_trim(pad); }
-FA_EXPORT void malloc_stats(void) { fa_host_malloc_stats(); }
 FA_EXPORT int malloc_info(int options, FILE *fp) { return fa_host_malloc_info(options, fp); }
 /* Accepted so programs that tune glibc keep working; glibc's parameters
  * (M_MMAP_THRESHOLD, M_ARENA_MAX, ...) have no meaning for tcmalloc.  The

@@ -45,7 +45,6 @@ static void fork_child(void)
 
 __attribute__((constructor)) static void fa_start(void)
 {
-    fa_host_set_stats_writer(fa_report_malloc_stats);
     fa_host_start();
     fa_host_served_check();
     pthread_atfork(fork_prepare, fork_parent, fork_child);

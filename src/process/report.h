@@ -13,8 +13,7 @@
 void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal);
 /* Returns 0 or an errno value. */
 int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason);
-/* glibc's malloc_stats(): the text report on stderr.  Set as the host
- * layer's writer at start (fa_host_set_stats_writer). */
+/* glibc's malloc_stats(): the text report on stderr (override_stats.c). */
 void fa_report_malloc_stats(void);
 /* JSON into buf; returns the full length (see forgealloc_stats_json). */
 size_t fa_report_json(char *buf, size_t len, const char *reason);

@@ -362,6 +362,15 @@ def case_introspection():
     check(re.search(r"forgealloc [0-9.]+: pid \d+ \(.*p_release\)", r.stderr), f"malloc_stats printed: {r.stderr!r}")
 
 
+def case_early_malloc_stats():
+    """malloc_stats from a library constructor that runs before forgealloc's: the report is printed then too."""
+    r = run([prog("p_early")], env=base_env())
+    check(r.returncode == 0, f"p_early failed: {r.stderr}")
+    ctor, report, main = (r.stderr.find(s) for s in ("p_early: constructor", "forgealloc ", "p_early: main"))
+    check(0 <= ctor < report < main, f"report between the constructor and main: {r.stderr!r}")
+    check(re.search(r"forgealloc [0-9.]+: pid \d+ \(.*p_early\)", r.stderr), f"report line: {r.stderr!r}")
+
+
 def case_large_report():
     r = run([prog("p_large"), "2M"], env=base_env(FORGEALLOC_LARGE_ALLOC_REPORT="1M"))
     lines = r.stderr.splitlines()
