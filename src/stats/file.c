@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <stdio.h> /* rename */
@@ -131,8 +132,37 @@ void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
     close(fd);
 }
 
+/* path names something other than a regular file: write into it, as a
+ * shell redirection would.  O_NONBLOCK so a FIFO nobody reads fails at
+ * once (ENXIO) instead of holding the process at exit; cleared before
+ * writing. */
+static int write_in_place(const char *path, const char *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    int err = 0;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) /* a symbolic link to a file */
+        err = errno;
+    int flags = fcntl(fd, F_GETFL);
+    if (!err && flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+        err = errno;
+    if (!err)
+        err = fa_write_all(fd, data, len);
+    if (close(fd) != 0 && !err)
+        err = errno;
+    return err;
+}
+
 int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file_scratch *scratch)
 {
+    /* Only a regular file is replaced: renaming over a device (/dev/null),
+     * a FIFO or a symbolic link (/dev/stderr) would replace the node
+     * itself, for every other program too. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return write_in_place(path, data, len);
     static unsigned seq;
     char *tmp = scratch->tmp;
     fa_buf b;

@@ -45,8 +45,10 @@ typedef struct fa_file_scratch {
     char dents[4096];            /* directory entries being swept */
 } fa_file_scratch;
 
-/* Write data to path atomically.  Returns 0, or an errno value (the file
- * is then absent and no temporary is left behind).  scratch->tmp holds the
+/* Write data to path atomically: a new file renamed over the old one.  A
+ * path that names a device, a FIFO, a socket or a symbolic link is written
+ * in place instead.  Returns 0, or an errno value (the file is then absent
+ * and no temporary is left behind).  scratch->tmp holds the
  * temporary's name while it may exist, so a signal handler can remove it
  * (a reader sees the whole name or ""); it is emptied again before
  * return.  After the first successful write of a process, temporaries left

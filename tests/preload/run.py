@@ -12,9 +12,11 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -434,6 +436,43 @@ def case_stats_file():
         lines = r.stderr.splitlines()
         check(len(lines) == 1 and "cannot write stats" in lines[0] and "FORGEALLOC_STATS_FILE" in lines[0],
               f"unwritable path: {r.stderr!r}")
+
+
+def case_stats_file_special():
+    """A stats path that is a FIFO, a symbolic link or a device is written into, never replaced by a file
+    (renaming over /dev/null as root would replace it for every program)."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(FORGEALLOC_STATS="json", FORGEALLOC_LOG="error")
+        # A FIFO with a reader gets the dump; one without a reader does not hold the program at exit.
+        fifo = f"{d}/fifo"
+        os.mkfifo(fifo)
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo).read()), daemon=True)
+        reader.start()
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=fifo, **env), timeout=20)
+        reader.join(10)
+        check(r.returncode == 0 and got and json.loads(got[0])["reason"] == "exit", f"FIFO reader got {got!r}: {r!r}")
+        start = time.monotonic()
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=fifo, **env), timeout=20)
+        check(r.returncode == 0 and time.monotonic() - start < 10, f"FIFO without a reader: {r!r}")
+        check(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced")
+        # A symbolic link stays one; its target gets the dump.
+        target, link = f"{d}/target.json", f"{d}/link.json"
+        with open(target, "w") as f:
+            f.write("x" * 100000)  # longer than a dump: the old content must go
+        os.symlink(target, link)
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=link, **env))
+        check(r.returncode == 0 and os.path.islink(link), f"the link was replaced: {r!r}")
+        with open(target) as f:
+            check(json.load(f)["reason"] == "exit", "the link's target holds the dump")
+        # A character device (a null device of our own, so the system's is never at stake).
+        if os.geteuid() == 0:
+            null = f"{d}/null"
+            os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=null, **env))
+            check(r.returncode == 0 and stat.S_ISCHR(os.lstat(null).st_mode), f"the device was replaced: {r!r}")
+        else:
+            print("not root: the device case (mknod) was not run")
 
 
 def case_release_rate():
