@@ -132,21 +132,20 @@ void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
     close(fd);
 }
 
-/* path names something other than a regular file: write into it, as a
- * shell redirection would.  O_NONBLOCK so a FIFO nobody reads fails at
- * once (ENXIO) instead of holding the process at exit; cleared before
- * writing. */
-static int write_in_place(const char *path, const char *data, size_t len)
+/* Append to path, as a shell's >> would: a device, a FIFO, or what a
+ * trusted symbolic link leads to (/dev/stderr: wherever stderr goes, a log
+ * file included, which must not be truncated).  follow: path is such a
+ * link; otherwise it must still be no link when opened.  O_NONBLOCK so a
+ * FIFO nobody reads fails at once (ENXIO) instead of holding the process
+ * at exit; cleared before writing. */
+static int append_to(const char *path, bool follow, const char *data, size_t len)
 {
-    int fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
     if (fd < 0)
         return errno;
     int err = 0;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) /* a symbolic link to a file */
-        err = errno;
     int flags = fcntl(fd, F_GETFL);
-    if (!err && flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    if (flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
         err = errno;
     if (!err)
         err = fa_write_all(fd, data, len);
@@ -159,10 +158,16 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file
 {
     /* Only a regular file is replaced: renaming over a device (/dev/null),
      * a FIFO or a symbolic link (/dev/stderr) would replace the node
-     * itself, for every other program too. */
+     * itself, for every other program too.  A link is followed only when
+     * root or this user made it; one somebody else made (planted in a
+     * shared directory, pointing at a file of ours) is replaced, never
+     * written through. */
     struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return write_in_place(path, data, len);
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        bool link = S_ISLNK(st.st_mode), trusted = st.st_uid == 0 || st.st_uid == geteuid();
+        if (!link || trusted)
+            return append_to(path, link, data, len);
+    }
     static unsigned seq;
     char *tmp = scratch->tmp;
     fa_buf b;

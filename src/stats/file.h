@@ -46,8 +46,9 @@ typedef struct fa_file_scratch {
 } fa_file_scratch;
 
 /* Write data to path atomically: a new file renamed over the old one.  A
- * path that names a device, a FIFO, a socket or a symbolic link is written
- * in place instead.  Returns 0, or an errno value (the file is then absent
+ * path that names a device, a FIFO, a socket, or a symbolic link that root
+ * or this user made, is appended to instead (a link made by anybody else
+ * is replaced).  Returns 0, or an errno value (the file is then absent
  * and no temporary is left behind).  scratch->tmp holds the
  * temporary's name while it may exist, so a signal handler can remove it
  * (a reader sees the whole name or ""); it is emptied again before

@@ -456,15 +456,22 @@ def case_stats_file_special():
         r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=fifo, **env), timeout=20)
         check(r.returncode == 0 and time.monotonic() - start < 10, f"FIFO without a reader: {r!r}")
         check(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced")
-        # A symbolic link stays one; its target gets the dump.
-        target, link = f"{d}/target.json", f"{d}/link.json"
+        # A link of our own, like /dev/stderr, stays a link, and what it leads to is appended to.
+        target, link = f"{d}/target.log", f"{d}/link"
         with open(target, "w") as f:
-            f.write("x" * 100000)  # longer than a dump: the old content must go
+            f.write("before\n")
         os.symlink(target, link)
         r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=link, **env))
         check(r.returncode == 0 and os.path.islink(link), f"the link was replaced: {r!r}")
         with open(target) as f:
-            check(json.load(f)["reason"] == "exit", "the link's target holds the dump")
+            text = f.read()
+        check(text.startswith("before\n") and json.loads(text[7:])["reason"] == "exit", f"target: {text[:200]!r}")
+        stderr_link = f"{d}/stderr"
+        os.symlink("/proc/self/fd/2", stderr_link)
+        r = run([ARGS.python, "-c", "import sys; sys.stderr.write('program\\n')"],
+                env=base_env(FORGEALLOC_STATS_FILE=stderr_link, **env))
+        check(r.returncode == 0 and r.stderr.startswith("program\n") and '"reason":"exit"' in r.stderr,
+              f"a link to stderr: {r.stderr[:200]!r}")
         # A character device (a null device of our own, so the system's is never at stake).
         if os.geteuid() == 0:
             null = f"{d}/null"

@@ -1,5 +1,6 @@
 /* test_file.c - stats files are complete or absent: atomic replace, no
- * temporary left behind, no symlink followed, errors reported. */
+ * temporary left behind, errors reported; a device, a FIFO or a link of
+ * our own is appended to, a link somebody else made is never followed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -94,22 +95,74 @@ static void test_write_replace(void **state)
     assert_int_equal(entries(), 1);
 }
 
-static void test_symlink_not_followed(void **state)
+/* A file to keep and a link to it at dir/stats.json. */
+static void precious_and_link(char *target, char *link, size_t cap)
 {
-    (void)state;
-    char target[128], link[128], got[64];
-    snprintf(target, sizeof target, "%s/precious", dir);
-    snprintf(link, sizeof link, "%s/stats.json", dir);
+    snprintf(target, cap, "%s/precious", dir);
+    snprintf(link, cap, "%s/stats.json", dir);
     int fd = open(target, O_CREAT | O_WRONLY, 0600);
     assert_int_equal(write(fd, "keep", 4), 4);
     close(fd);
     assert_int_equal(symlink(target, link), 0);
+}
+
+/* A link somebody else made (planted in a shared directory) is replaced,
+ * never written through.  Needs root to make a link of another user's. */
+static void test_foreign_symlink_replaced(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    char target[128], link[128], got[64];
+    precious_and_link(target, link, sizeof target);
+    assert_int_equal(lchown(link, 65534, 65534), 0);
     assert_int_equal(fa_file_write_atomic(link, "stats", 5, &scratch), 0);
     read_all(target, got, sizeof got);
-    assert_string_equal(got, "keep"); /* the link was replaced, not written through */
+    assert_string_equal(got, "keep");
     struct stat st;
     assert_int_equal(lstat(link, &st), 0);
     assert_true(S_ISREG(st.st_mode));
+    read_all(link, got, sizeof got);
+    assert_string_equal(got, "stats");
+}
+
+/* A link of our own is followed and its target appended to, as a shell's
+ * >> would (/dev/stderr leads to wherever stderr goes); it stays a link. */
+static void test_own_symlink_appended(void **state)
+{
+    (void)state;
+    char target[128], link[128], got[64];
+    precious_and_link(target, link, sizeof target);
+    assert_int_equal(fa_file_write_atomic(link, "stats", 5, &scratch), 0);
+    read_all(target, got, sizeof got);
+    assert_string_equal(got, "keepstats");
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(entries(), 2);
+}
+
+/* A FIFO stays a FIFO: with a reader it gets the data, without one the
+ * write fails at once instead of waiting. */
+static void test_fifo(void **state)
+{
+    (void)state;
+    char path[128], got[64];
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(fa_file_write_atomic(path, "stats", 5, &scratch), ENXIO);
+    int rd = open(path, O_RDONLY | O_NONBLOCK);
+    assert_true(rd >= 0);
+    assert_int_equal(fa_file_write_atomic(path, "stats", 5, &scratch), 0);
+    ssize_t n = read(rd, got, sizeof got - 1);
+    close(rd);
+    assert_int_equal(n, 5);
+    got[n] = '\0';
+    assert_string_equal(got, "stats");
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(entries(), 1);
 }
 
 static void test_errors_leave_nothing(void **state)
@@ -178,7 +231,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expand),
         cmocka_unit_test_setup_teardown(test_write_replace, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_symlink_not_followed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_symlink_replaced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_own_symlink_appended, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors_leave_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_temporaries_swept, setup, teardown),
     };
