@@ -530,5 +530,12 @@ int fa_vm_check(const fa_vm *v)
         problems += v->idle_tail[z] != prev;
     }
     problems += mapped != v->mapped || idle != v->idle || npieces != v->pieces_mapped || nidle != 0;
+    uint32_t queued = 0;
+    for (int z = SMALL; z <= LARGE; z++) {
+        const fa_buddy *b = z == LARGE ? &v->large : &v->small;
+        for (uint32_t u = v->q_head[z]; u != FA_BUDDY_NIL && queued <= v->quarantined_blocks; u = b->u[u].next)
+            queued++;
+    }
+    problems += queued != v->quarantined_blocks;
     return problems;
 }

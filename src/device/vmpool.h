@@ -83,7 +83,7 @@ typedef struct fa_vm {
     uint64_t in_use;      /* taken by live blocks (whole units) */
     uint64_t requested;   /* asked for by live blocks */
     uint64_t quarantined; /* freed, waiting for a synchronisation */
-    uint32_t quarantined_blocks;
+    uint32_t quarantined_blocks; /* how many */
     uint64_t created;     /* pieces created */
     uint64_t stolen;      /* idle pieces unmapped to back another granule instead of creating one */
 } fa_vm;
