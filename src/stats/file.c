@@ -230,6 +230,7 @@ const char *fa_errno_text(int err, char *buf, size_t cap)
     case ENAMETOOLONG: return "file name too long";
     case EEXIST: return "file exists";
     case EXDEV: return "rename across file systems";
+    case ENXIO: return "nobody reads the FIFO (or it is a socket)";
     default: {
         fa_buf b;
         fa_buf_init(&b, buf, cap);
