@@ -3,15 +3,42 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+/* How long a write may wait for a reader that does not read (a full pipe
+ * or FIFO on a descriptor in non-blocking mode) before the rest is given
+ * up: the dump must not hold the process at exit. */
+#define STALL_MS 1000
+
+/* SIGPIPE is blocked while writing: a reader that went away makes the
+ * write fail with EPIPE instead of killing a program that never wrote
+ * there itself.  A SIGPIPE our write raised is taken back; one that was
+ * pending before stays pending. */
 int fa_write_all(int fd, const char *buf, size_t len)
 {
     int saved = errno, err = 0;
+    sigset_t pipe_only, old, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    bool masked = pthread_sigmask(SIG_BLOCK, &pipe_only, &old) == 0;
+    bool was_pending = !masked || (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE));
     while (len) {
         ssize_t n = write(fd, buf, len);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int r = poll(&p, 1, STALL_MS);
+            if (r > 0 || (r < 0 && errno == EINTR))
+                continue;
+            err = r == 0 ? ETIMEDOUT : errno;
+            break;
+        }
         if (n <= 0) {
             err = n < 0 ? errno : EIO;
             break;
@@ -19,9 +46,60 @@ int fa_write_all(int fd, const char *buf, size_t len)
         buf += n;
         len -= (size_t)n;
     }
+    if (masked) {
+        if (err == EPIPE && !was_pending) {
+            static const struct timespec now = {0, 0};
+            while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR)
+                ;
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
     errno = saved;
     return err;
 }
+
+/* What fd 2 was when the process started: 0 not looked at yet, 1 open
+ * (err_dev, err_ino), 2 closed. */
+static int err_state;
+static dev_t err_dev;
+static ino_t err_ino;
+
+void fa_stderr_note(void)
+{
+    int saved = errno;
+    struct stat st;
+    if (fstat(2, &st) == 0) {
+        err_dev = st.st_dev;
+        err_ino = st.st_ino;
+        __atomic_store_n(&err_state, 1, __ATOMIC_RELEASE);
+    } else {
+        __atomic_store_n(&err_state, 2, __ATOMIC_RELEASE);
+    }
+    errno = saved;
+}
+
+/* fd 2 is stderr still: the file it was at the start, or one the program
+ * redirected it to on purpose (not a regular file, or one opened for
+ * appending, as a log is).  A program that closed fd 2 and opened a file
+ * of its own (which then got fd 2) must not find our lines in its data,
+ * nor one that started without stderr. */
+static bool stderr_usable(void)
+{
+    int saved = errno;
+    struct stat st;
+    bool ok = fstat(2, &st) == 0;
+    int state = __atomic_load_n(&err_state, __ATOMIC_ACQUIRE);
+    if (ok && state == 2)
+        ok = false;
+    else if (ok && state == 1 && (st.st_dev != err_dev || st.st_ino != err_ino) && S_ISREG(st.st_mode)) {
+        int fl = fcntl(2, F_GETFL);
+        ok = fl >= 0 && (fl & O_APPEND) && (fl & O_ACCMODE) == O_WRONLY;
+    }
+    errno = saved;
+    return ok;
+}
+
+int fa_write_stderr(const char *buf, size_t len) { return stderr_usable() ? fa_write_all(2, buf, len) : EBADF; }
 
 long fa_read_file(const char *path, char *buf, size_t cap)
 {
@@ -47,8 +125,11 @@ static void vlog(char *storage, enum fa_log_level level, const char *fmt, va_lis
     fa_buf_init(&b, storage, FA_LOG_LINE_MAX - 1); /* keep room for '\n' */
     fa_buf_str(&b, "forgealloc: ");
     fa_buf_vprintf(&b, fmt, ap);
+    for (size_t i = 0; i < b.len; i++) /* one line, whatever a path or a setting holds */
+        if ((unsigned char)storage[i] < 0x20 || storage[i] == 0x7f)
+            storage[i] = '?';
     storage[b.len] = '\n';
-    fa_write_all(2, storage, b.len + 1);
+    fa_write_stderr(storage, b.len + 1);
 }
 
 void fa_log(enum fa_log_level level, const char *fmt, ...)

@@ -19,6 +19,12 @@ void fa_log_into(char *storage, enum fa_log_level level, const char *fmt, ...) _
 /* Write all of buf to fd, retrying on EINTR and short writes.  Returns 0
  * or the errno value of the failure; errno itself is left unchanged. */
 int fa_write_all(int fd, const char *buf, size_t len);
+/* fa_write_all to fd 2 for lines and dumps nobody called for (messages,
+ * the configured dump): EBADF without writing when fd 2 is no longer the
+ * process's stderr (closed, or reopened by the program as a data file). */
+int fa_write_stderr(const char *buf, size_t len);
+/* Note what fd 2 is: called once at start. */
+void fa_stderr_note(void);
 
 /* Read up to cap-1 bytes of a small file (procfs, sysfs) into buf, NUL-
  * terminated.  Returns the length, or -1.  No stdio: signal-safe. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../core/log.h"
 #include "../device/device.h"
 #include "../host/host.h"
 #include "../host/served.h"
@@ -45,6 +46,7 @@ static void fork_child(void)
 
 __attribute__((constructor)) static void fa_start(void)
 {
+    fa_stderr_note();
     fa_host_start();
     fa_host_served_check();
     pthread_atfork(fork_prepare, fork_parent, fork_child);

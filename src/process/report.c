@@ -139,7 +139,7 @@ void fa_report_configured(const char *reason, bool in_signal)
      * take no file paths from the environment: stderr too. */
     bool main_exit = (uint64_t)s->pid == fa_opt_u64(FA_OPT_STATS_MAIN_PID) && strcmp(reason, "interval") != 0;
     if (!tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode()) {
-        fa_write_all(2, b.p, b.len);
+        fa_write_stderr(b.p, b.len);
     } else {
         int err = ENAMETOOLONG;
         fa_path_parts parts;

@@ -132,42 +132,89 @@ void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
     close(fd);
 }
 
-/* Append to path, as a shell's >> would: a device, a FIFO, or what a
- * trusted symbolic link leads to (/dev/stderr: wherever stderr goes, a log
- * file included, which must not be truncated).  follow: path is such a
- * link; otherwise it must still be no link when opened.  O_NONBLOCK so a
- * FIFO nobody reads fails at once (ENXIO) instead of holding the process
- * at exit; cleared before writing. */
-static int append_to(const char *path, bool follow, const char *data, size_t len)
+/* The directory part of path into dir (cap bytes): "." when there is none. */
+static bool dir_of(const char *path, char *dir, size_t cap)
 {
-    int fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 1;
+    if (slash && n == 0)
+        n = 1; /* "/" */
+    if (n >= cap)
+        return false;
+    memcpy(dir, slash ? path : ".", n);
+    dir[n] = '\0';
+    return true;
+}
+
+/* Write data to fd (opened O_NONBLOCK) and close it: a FIFO's reader that
+ * does not read is waited for a bounded time, one that went away is an
+ * error (EPIPE), never a SIGPIPE (fa_write_all). */
+static int append_fd(int fd, const char *data, size_t len)
+{
     if (fd < 0)
         return errno;
-    int err = 0;
-    int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
-        err = errno;
-    if (!err)
-        err = fa_write_all(fd, data, len);
+    int err = fa_write_all(fd, data, len);
     if (close(fd) != 0 && !err)
         err = errno;
     return err;
 }
 
+#define APPEND_FLAGS (O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+
+/* Only a regular file is replaced: renaming over a device (/dev/null), a
+ * FIFO or a symbolic link (/dev/stderr) would replace the node itself, for
+ * every other program too.  Those are appended to, as a shell's >> would
+ * (a link to a log must not truncate it; O_NONBLOCK: a FIFO nobody reads
+ * fails at once, ENXIO).  A link is followed only when root or this user
+ * made it, and is opened itself (O_PATH) so that its owner and its target
+ * are read from the same link: one swapped in after the check is never
+ * followed.  A link somebody else made (planted in a shared directory,
+ * pointing at a file of ours) is replaced, never written through; so is a
+ * regular file, whose permissions *mode receives (0: none, or absent).
+ * Returns an errno value, 0, or -1: replace path. */
+static int append_special(const char *path, const char *data, size_t len, fa_file_scratch *scratch, mode_t *mode)
+{
+    *mode = 0;
+    char *name = scratch->work;
+    if (!dir_of(path, name, sizeof scratch->work))
+        return -1;
+    int dir = open(name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -1; /* the replacement reports why */
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int res = -1;
+    struct stat st;
+    int node = openat(dir, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (node >= 0 && fstat(node, &st) == 0) {
+        if (S_ISREG(st.st_mode)) {
+            *mode = st.st_mode & 0777;
+        } else if (!S_ISLNK(st.st_mode)) {
+            res = append_fd(openat(dir, base, APPEND_FLAGS | O_NOFOLLOW), data, len);
+        } else if (st.st_uid == 0 || st.st_uid == geteuid()) {
+            ssize_t n = readlinkat(node, "", name, sizeof scratch->work - 1);
+            if (n < 0) {
+                res = errno;
+            } else if ((size_t)n >= sizeof scratch->work - 1) {
+                res = ENAMETOOLONG;
+            } else {
+                name[n] = '\0'; /* relative to the link's directory, as the kernel resolves it */
+                res = append_fd(openat(dir, name, APPEND_FLAGS | O_CREAT, 0644), data, len);
+            }
+        }
+    }
+    if (node >= 0)
+        close(node);
+    close(dir);
+    return res;
+}
+
 int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file_scratch *scratch)
 {
-    /* Only a regular file is replaced: renaming over a device (/dev/null),
-     * a FIFO or a symbolic link (/dev/stderr) would replace the node
-     * itself, for every other program too.  A link is followed only when
-     * root or this user made it; one somebody else made (planted in a
-     * shared directory, pointing at a file of ours) is replaced, never
-     * written through. */
-    struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        bool link = S_ISLNK(st.st_mode), trusted = st.st_uid == 0 || st.st_uid == geteuid();
-        if (!link || trusted)
-            return append_to(path, link, data, len);
-    }
+    mode_t mode;
+    int special = append_special(path, data, len, scratch, &mode);
+    if (special >= 0)
+        return special;
     static unsigned seq;
     char *tmp = scratch->tmp;
     fa_buf b;
@@ -201,6 +248,9 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file
         return EEXIST;
     }
     int err = fa_write_all(fd, data, len);
+    /* The old file's permissions: a stats file made private stays so. */
+    if (!err && mode && fchmod(fd, mode) != 0)
+        err = errno;
     if (close(fd) != 0 && !err)
         err = errno;
     if (!err && rename(tmp, path) != 0)
@@ -230,7 +280,9 @@ const char *fa_errno_text(int err, char *buf, size_t cap)
     case ENAMETOOLONG: return "file name too long";
     case EEXIST: return "file exists";
     case EXDEV: return "rename across file systems";
-    case ENXIO: return "nobody reads the FIFO (or it is a socket)";
+    case ENXIO: return "nobody reads the FIFO, or it is a socket or a device with no driver";
+    case EPIPE: return "the FIFO's reader went away";
+    case ETIMEDOUT: return "the FIFO's reader read nothing for a second";
     default: {
         fa_buf b;
         fa_buf_init(&b, buf, cap);

@@ -45,10 +45,12 @@ typedef struct fa_file_scratch {
     char dents[4096];            /* directory entries being swept */
 } fa_file_scratch;
 
-/* Write data to path atomically: a new file renamed over the old one.  A
- * path that names a device, a FIFO, a socket, or a symbolic link that root
- * or this user made, is appended to instead (a link made by anybody else
- * is replaced).  Returns 0, or an errno value (the file is then absent
+/* Write data to path atomically: a new file renamed over the old one,
+ * with the old one's permissions.  A path that names a device, a FIFO, a
+ * socket, or a symbolic link that root or this user made, is appended to
+ * instead, as >> would (the link's target is created if missing; a link
+ * made by anybody else is replaced).  A FIFO's reader that reads nothing
+ * for a second, or goes away, fails the write (ETIMEDOUT, EPIPE).  Returns 0, or an errno value (the file is then absent
  * and no temporary is left behind).  scratch->tmp holds the
  * temporary's name while it may exist, so a signal handler can remove it
  * (a reader sees the whole name or ""); it is emptied again before

@@ -7,6 +7,7 @@ Each case is a function below; ctest runs one case per test.  Exit status
 0 = pass, 1 = fail (with the reason printed), 77 = skipped (ctest's
 SKIP_RETURN_CODE), e.g. PyTorch not installed."""
 import difflib
+import fcntl
 import glob
 import json
 import os
@@ -480,6 +481,86 @@ def case_stats_file_special():
             check(r.returncode == 0 and stat.S_ISCHR(os.lstat(null).st_mode), f"the device was replaced: {r!r}")
         else:
             print("not root: the device case (mknod) was not run")
+
+
+def case_stats_file_edges():
+    """A FIFO whose reader stops reading or goes away costs at most a second at exit, never the exit status
+    (SIGPIPE); a link of our own to a missing file creates it, as >> would; a replaced file keeps its
+    permissions; a path with a newline still gives a one-line message."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(FORGEALLOC_STATS="json", FORGEALLOC_LOG="error")
+        fifo = f"{d}/fifo"
+        os.mkfifo(fifo)
+        for reader_leaves in (False, True):
+            rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            wfd = os.open(fifo, os.O_WRONLY)
+            fcntl.fcntl(wfd, 1031, 4096)  # F_SETPIPE_SZ: one page, then filled: a reader that fell behind
+            os.write(wfd, b"x" * 4096)
+            os.close(wfd)
+            start = time.monotonic()
+            p = subprocess.Popen(["/bin/true"], env=base_env(LD_PRELOAD=ARGS.lib, FORGEALLOC_STATS_FILE=fifo, **env),
+                                 stderr=subprocess.PIPE)
+            if reader_leaves:
+                time.sleep(0.3)
+                os.close(rfd)
+            rc = p.wait(timeout=20)
+            took = time.monotonic() - start
+            if not reader_leaves:
+                os.close(rfd)
+            what = "reader went away" if reader_leaves else "reader stopped reading"
+            check(rc == 0 and took < 5, f"FIFO whose {what}: exit {rc} after {took:.1f} s, {p.stderr.read()!r}")
+        # Our own link to a file that does not exist yet: the file is made, the link stays.
+        link = f"{d}/dangling"
+        os.symlink(f"{d}/made.json", link)
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=link, **env))
+        check(r.returncode == 0 and os.path.islink(link) and os.path.exists(f"{d}/made.json"), f"dangling link: {r!r}")
+        with open(f"{d}/made.json") as f:
+            check(json.load(f)["reason"] == "exit", "the made file holds no dump")
+        private = f"{d}/private.json"
+        with open(private, "w") as f:
+            f.write("{}")
+        os.chmod(private, 0o600)
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS_FILE=private, **env))
+        mode = stat.S_IMODE(os.stat(private).st_mode)
+        check(r.returncode == 0 and mode == 0o600, f"a 0600 stats file became {oct(mode)}: {r!r}")
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/no/such\ndir/s.json"))
+        check(r.returncode == 0 and len(r.stderr.splitlines()) == 1 and "FORGEALLOC_STATS_FILE" in r.stderr,
+              f"a path with a newline: {r.stderr!r}")
+
+
+def case_stderr_not_ours():
+    """Lines and dumps nobody called for never kill the program (stderr a pipe nobody reads any more) and never
+    land in a file the program opened as fd 2 after closing stderr; a log the program sent stderr to on purpose
+    (opened for appending) gets them."""
+    for cmd, env in ((["/bin/true"], dict(FORGEALLOC_STATS="text")),
+                     ([ARGS.python, "-c", "bytearray(2 << 20)"], dict(FORGEALLOC_LARGE_ALLOC_REPORT="1M"))):
+        rfd, wfd = os.pipe()
+        os.close(rfd)
+        p = subprocess.run(cmd, env=base_env(LD_PRELOAD=ARGS.lib, **env), stderr=wfd, stdout=subprocess.DEVNULL,
+                           timeout=60)
+        os.close(wfd)
+        check(p.returncode == 0, f"{cmd} with stderr a closed pipe exited {p.returncode} (-13: SIGPIPE)")
+    with tempfile.TemporaryDirectory() as d:
+        data, log = f"{d}/data", f"{d}/log"
+        env = base_env(FORGEALLOC_LARGE_ALLOC_REPORT="1M", FORGEALLOC_STATS="text")
+        reopen = ("import os\nos.close(2)\nfd = os.open({!r}, os.O_RDWR | os.O_CREAT, 0o644)\nassert fd == 2\n"
+                  "os.write(fd, b'DATA\\n')\nx = bytearray(2 << 20)\nos.write(fd, b'MORE\\n')\n").format(data)
+        r = run([ARGS.python, "-c", reopen], env=env)
+        with open(data) as f:
+            text = f.read()
+        check(r.returncode == 0 and text == "DATA\nMORE\n", f"fd 2 reopened as a data file: {r.returncode} {text[:300]!r}")
+        os.unlink(data)
+        r = run(["/bin/sh", "-c", 'exec 2>&- "$@"', "sh", ARGS.python, "-c", reopen.replace("os.close(2)\n", "")],
+                env=env)
+        with open(data) as f:
+            text = f.read()
+        check(r.returncode == 0 and text == "DATA\nMORE\n", f"started without stderr: {r.returncode} {text[:300]!r}")
+        redirect = ("import os\nfd = os.open({!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)\nos.dup2(fd, 2)\n"
+                    "x = bytearray(2 << 20)\n").format(log)
+        r = run([ARGS.python, "-c", redirect], env=env)
+        with open(log) as f:
+            text = f.read()
+        check(r.returncode == 0 and "forgealloc: large allocation" in text, f"stderr sent to a log on purpose: {text[:300]!r}")
 
 
 def case_release_rate():
