@@ -464,6 +464,7 @@ void fa_release_nudge(void)
 }
 
 void fa_release_set_polling(bool on) { __atomic_store_n(&polling, on, __ATOMIC_RELAXED); }
+bool fa_release_polling(void) { return __atomic_load_n(&polling, __ATOMIC_RELAXED); }
 
 /* 0 unknown, 1 madvise mode (advise), 2 always/never/absent (do nothing). */
 static int thp_mode;

@@ -59,6 +59,7 @@ void fa_release_nudge(void);
 /* Look at tcmalloc's numbers on every tick even without seeing frees (when
  * another preload serves malloc from the same tcmalloc). */
 void fa_release_set_polling(bool on);
+bool fa_release_polling(void);
 /* True once any large block was seen: before that no free can be large. */
 static inline bool fa_release_tracking(void)
 {

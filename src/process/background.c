@@ -7,7 +7,15 @@
  * than WAKE_SLACK_MS away.  It holds no lock of ours while it calls into
  * tcmalloc, so tcmalloc's own fork handlers (which take every tcmalloc
  * lock) never wait on us, and fork needs nothing from it: the child simply
- * has no thread. */
+ * has no thread.
+ *
+ * With nothing due at all it exits, and the next wake starts it again: a
+ * process that settled is single-threaded again, as it was (unshare(2) of
+ * a user namespace, Python's warning on fork in a threaded process, a
+ * program counting its threads).  Every wake bumps the word before it
+ * looks at the state, and the thread leaves the state before it looks at
+ * the word: either the thread sees the bump and stays, or the waker sees
+ * the thread gone and starts another. */
 #define _GNU_SOURCE
 #include "background.h"
 
@@ -60,6 +68,20 @@ static void futex_wake(void)
 
 static uint64_t earliest(uint64_t a, uint64_t b) { return a == 0 ? b : b == 0 ? a : a < b ? a : b; }
 
+/* Nothing is due: leave the state IDLE for the next wake to start a new
+ * thread.  False if a wake came since `seen` and this thread takes it (or
+ * the state was not RUNNING yet: the starter has not finished). */
+static bool retire(unsigned seen)
+{
+    int expect = RUNNING;
+    if (!__atomic_compare_exchange_n(&state, &expect, IDLE, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        return false;
+    if (__atomic_load_n(&word, __ATOMIC_SEQ_CST) == seen)
+        return true;
+    expect = IDLE; /* a wake came: stay for it, unless it already started a thread */
+    return !__atomic_compare_exchange_n(&state, &expect, RUNNING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
 static void *thread_main(void *arg)
 {
     (void)arg;
@@ -88,6 +110,8 @@ static void *thread_main(void *arg)
         }
         __atomic_store_n(&working, 0, __ATOMIC_RELEASE);
         if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+            break;
+        if (next == 0 && retire(seen))
             break;
         now = mono_ms();
         if (next == 0 || next > now) {
@@ -132,11 +156,11 @@ bool fa_background_wake(void)
 {
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         return false;
-    switch (__atomic_load_n(&state, __ATOMIC_ACQUIRE)) {
+    /* The bump alone makes a wait about to begin return at once, and a
+     * thread about to retire stay; the system call wakes a wait under way. */
+    __atomic_add_fetch(&word, 1, __ATOMIC_SEQ_CST);
+    switch (__atomic_load_n(&state, __ATOMIC_SEQ_CST)) {
     case RUNNING: {
-        /* The bump alone makes a wait about to begin return at once; the
-         * system call wakes one under way. */
-        __atomic_add_fetch(&word, 1, __ATOMIC_SEQ_CST);
         uint64_t at = __atomic_load_n(&wake_at, __ATOMIC_SEQ_CST);
         if (at && at > mono_ms() + WAKE_SLACK_MS)
             syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -204,11 +228,15 @@ void fa_background_fork_child(void)
     wake_at = 0;
     working = 0;
     /* Periodic dumps go on in the child: its thread starts at the next wake
-     * (the release policy's, or the next report's), not here, because
-     * pthread_create is not safe in a fork handler and is wasted in a child
-     * that is about to exec. */
+     * (the release policy's, or the next report's), not here: a thread is
+     * wasted in a child that is about to exec. */
     if (interval_ms) {
         next_dump_ms = mono_ms() + interval_ms;
         fa_release_nudge_later();
     }
+    /* Polling (tcmalloc serves malloc ahead of us): no call of the child
+     * reaches us to start one later.  This handler runs last, after
+     * tcmalloc's (registered at its first malloc) and all of ours. */
+    if (fa_release_polling() && !fa_background_wake())
+        fa_release_set_polling(false);
 }

@@ -32,6 +32,9 @@
  *   p_release threads  prints "helper_threads N": threads named
  *                      forgealloc, after small allocations only, then
  *                      after a large burst was freed
+ *   p_release retire S two rounds of: a burst freed, then "helper_threads_busy
+ *                      N" and "helper_threads_retired N after_ms T" once
+ *                      the thread exited (or S seconds passed)
  *   p_release intro    mallinfo/mallinfo2, malloc_trim, mallopt,
  *                      malloc_stats, malloc_info; exit 0 when they answer
  *                      for the real allocator */
@@ -281,6 +284,22 @@ int main(int argc, char **argv)
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
         printf("helper_threads_after_burst %d\n", helper_threads());
+        return 0;
+    }
+    if (strcmp(mode, "retire") == 0) {
+        /* Twice: a burst starts the thread; once the memory went back and
+         * nothing is left to judge, it exits (within `arg` seconds). */
+        for (int round = 0; round < 2; round++) {
+            burst("", 0);
+            struct timespec ts = {0, 100 * 1000000L};
+            nanosleep(&ts, NULL);
+            printf("helper_threads_busy %d\n", helper_threads());
+            double t0 = now_s();
+            int n;
+            while ((n = helper_threads()) > 0 && now_s() - t0 < arg)
+                nanosleep(&ts, NULL);
+            printf("helper_threads_retired %d after_ms %d\n", n, (int)((now_s() - t0) * 1000));
+        }
         return 0;
     }
     if (strcmp(mode, "churn16") == 0) {

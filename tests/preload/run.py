@@ -169,6 +169,12 @@ def settled(out, who=""):
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def ended_mb(out, who=""):
+    """RSS in MB at the end of the last burst of `who`, or None."""
+    m = re.findall(who + r"rss_end_mb (\d+)", out)
+    return int(m[-1]) if m else None
+
+
 def case_release_burst():
     """800 MB freed in 4 MB blocks goes back to the OS within the delay while
     the process sleeps without an allocator call (tcmalloc alone keeps it)."""
@@ -249,7 +255,9 @@ def case_release_fork():
     r = run([prog("p_release"), "fork", "6"])
     check(r.returncode == 0, r.stderr)
     for who in ("parent ", "child "):
-        check(settled(r.stdout, who) is not None, f"{who.strip()} did not settle: {r.stdout}")
+        # Both start from the 800 MB the parent held at the fork.
+        end = ended_mb(r.stdout, who)
+        check(end is not None and end <= 100, f"{who.strip()} did not settle: {r.stdout}")
     # fork while the background thread is inside tcmalloc returning memory:
     # tcmalloc's own fork handlers take its locks; the child must not hang.
     r = run([prog("p_release"), "forkrel", "25"], env=base_env(FORGEALLOC_RELEASE_DELAY="20ms"))
@@ -267,6 +275,15 @@ def case_release_thread():
     check(after == 1, f"{after} forgealloc threads after a burst was freed, expected 1")
     r = run(["/bin/sh", "-c", "ls /proc/$$/task | wc -l"])
     check(r.stdout.strip() == "1", f"a shell under the shim has {r.stdout.strip()} threads")
+    # Once the memory went back and nothing is left to judge, the thread
+    # exits (a settled process is single-threaded again), and the next burst
+    # starts it again.
+    r = run([prog("p_release"), "retire", "10"], env=base_env(FORGEALLOC_RELEASE_DELAY="100ms"))
+    check(r.returncode == 0, r.stderr)
+    busy = re.findall(r"helper_threads_busy (\d+)", r.stdout)
+    retired = re.findall(r"helper_threads_retired (\d+)", r.stdout)
+    check(busy == ["1", "1"], f"threads while memory was held: {busy}\n{r.stdout}")
+    check(retired == ["0", "0"], f"threads 10 s after the memory went back: {retired}\n{r.stdout}")
 
 
 def case_release_exit():
@@ -634,6 +651,14 @@ def case_served_tcmalloc_first():
         check(r.returncode == 0, r.stderr)
         got = settled(r.stdout)
         check(got is not None and got[1] <= 6000, f"{name} first: RSS did not settle within 6 s: {r.stdout}")
+        # A forked child settles too: none of its calls reach us to start
+        # its thread, so the fork itself does.
+        r = run([prog("p_release"), "fork", "6"], preload=False,
+                env=base_env(LD_PRELOAD=f"{tc} {ARGS.lib}", FORGEALLOC_LOG="error"))
+        check(r.returncode == 0, r.stderr)
+        for who in ("parent ", "child "):
+            end = ended_mb(r.stdout, who)
+            check(end is not None and end <= 100, f"{name} first: {who.strip()} did not settle: {r.stdout}")
 
 
 def case_served_jemalloc_first():
