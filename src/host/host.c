@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <gperftools/malloc_extension_c.h>
 #include <gperftools/tcmalloc.h>
+#include <gnu/libc-version.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <string.h>
@@ -347,9 +348,33 @@ void *fa_host_memalign(size_t align, size_t n, void *caller)
     return aligned(FA_CALL_memalign, "memalign", align, n, caller);
 }
 
+/* glibc's aligned_alloc rules: from 2.38 (C17, DR 460) the alignment must
+ * be a power of two; before, aligned_alloc was memalign.  The program gets
+ * the rules of the glibc it runs on. */
+static bool strict_aligned_alloc(void)
+{
+    static int strict; /* 0 not known yet, 1 no, 2 yes */
+    int s = __atomic_load_n(&strict, __ATOMIC_RELAXED);
+    if (s == 0) {
+        const char *v = gnu_get_libc_version();
+        unsigned major = 0, minor = 0;
+        for (; *v >= '0' && *v <= '9'; v++)
+            major = major * 10 + (unsigned)(*v - '0');
+        if (*v == '.')
+            for (v++; *v >= '0' && *v <= '9'; v++)
+                minor = minor * 10 + (unsigned)(*v - '0');
+        s = major > 2 || (major == 2 && minor >= 38) ? 2 : 1;
+        __atomic_store_n(&strict, s, __ATOMIC_RELAXED);
+    }
+    return s == 2;
+}
+
 void *fa_host_aligned_alloc(size_t align, size_t n, void *caller)
 {
-    /* C17 (DR 460) and glibc >= 2.38: the alignment must be a power of two. */
+    if (!strict_aligned_alloc() && align <= SIZE_MAX / 2 + 1) {
+        while (!power_of_two(align))
+            align = align ? align + (align & -align) : 1;
+    }
     if (!power_of_two(align)) {
         fa_stats_alloc(FA_CALL_aligned_alloc, n);
         errno = EINVAL;
@@ -365,9 +390,11 @@ int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
         return EINVAL;
     int saved = errno;
     void *p = tc_memalign(align, n);
-    errno = saved; /* posix_memalign reports through its result, not errno */
-    if (!p)
+    errno = saved; /* posix_memalign reports through its result */
+    if (!p) {
+        errno = ENOMEM; /* and glibc's sets errno too when memory runs out */
         return ENOMEM;
+    }
     *out = AFTER_ALLOC(p, n, "posix_memalign", caller);
     return 0;
 }
@@ -472,10 +499,8 @@ size_t fa_host_release_all(void) { return fa_release_all(); }
 
 int fa_host_malloc_info(int options, FILE *fp)
 {
-    if (options != 0 || fp == NULL) {
-        errno = EINVAL;
-        return -1;
-    }
+    if (options != 0 || fp == NULL)
+        return EINVAL; /* glibc's answer, errno untouched */
     struct mallinfo2 m;
     fa_host_mallinfo2(&m);
     char out[1024];

@@ -40,6 +40,7 @@
  *                      for the real allocator */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,7 +116,8 @@ static int intro(void)
     CHECK(mallopt(M_ARENA_MAX, 2) == 1);
     FILE *mem = tmpfile();
     CHECK(malloc_info(0, mem) == 0);
-    CHECK(malloc_info(1, mem) == -1);
+    errno = 0;
+    CHECK(malloc_info(1, mem) == EINVAL && errno == 0); /* glibc returns the error, errno untouched */
     rewind(mem);
     char buf[256] = "";
     CHECK(fgets(buf, sizeof buf, mem) && strstr(buf, "<malloc version=") != NULL);
