@@ -58,7 +58,14 @@ enum pool_kind { KIND_NONE, KIND_CHUNKS, KIND_VMM };
  * cudaFree synchronises on every call).  Without it the quarantine of a
  * large pool holds tens of thousands of blocks spread over the whole
  * reservation, and each one's record costs a cache and TLB miss when it
- * comes out: the cost per cudaMalloc would follow the pool's size. */
+ * comes out: the cost per cudaMalloc would follow the pool's size.
+ * One such synchronisation runs at a time per device: it lasts as long as
+ * the device's queued work, and every free meanwhile still sees the full
+ * quarantine; were each to start its own, all the freeing threads would
+ * wait in a sync.  The bound is then exceeded by the frees made during one
+ * sync.  One that fails (a sticky error) is tried again only after as many
+ * frees again, or once some other sync succeeded: its blocks stay
+ * quarantined meanwhile, never reused. */
 #define QUARANTINE_MAX_BLOCKS 1024
 
 /* Laid out in cache lines by who writes them: the fields every thread's
@@ -82,6 +89,8 @@ typedef struct __attribute__((aligned(64))) devstate {
     uint64_t last_grow_ms;   /* CLOCK_MONOTONIC */
     int used;                /* some cudaMalloc/cudaFree reached this device */
     unsigned generation;     /* resets so far: a pool is the same pool only within one */
+    bool bound_sync;         /* a sync for QUARANTINE_MAX_BLOCKS is under way (fa_device_free) */
+    uint32_t bound_retry;    /* after one failed: quarantine length of the next try (0: none failed) */
     fa_device_stats st __attribute__((aligned(64))); /* written under `lock`, read without it */
 } devstate;
 
@@ -623,6 +632,7 @@ static bool epoch_begin(devstate *d, epoch *e)
 static void epoch_end(devstate *d, epoch e)
 {
     pthread_mutex_lock(&d->lock);
+    d->bound_retry = 0; /* the device synchronises again */
     if (d->generation == e.generation && d->state == READY && d->kind == KIND_VMM)
         fa_vm_sync_end(&d->vm, e.epoch);
     else if (d->generation == e.generation && d->state == READY && d->kind == KIND_CHUNKS)
@@ -778,7 +788,8 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
 
 /* Quarantine p if a pool owns it: FA_VM_FREED / FA_VM_BAD_POINTER, or
  * FA_VM_NOT_OURS.  *full: the device whose quarantine reached
- * QUARANTINE_MAX_BLOCKS with this free (-1: none). */
+ * QUARANTINE_MAX_BLOCKS with this free, and no sync for it is under way
+ * (-1: none); the caller syncs it, then calls bound_sync_done. */
 static int pool_free(uintptr_t p, int *full)
 {
     *full = -1;
@@ -795,8 +806,11 @@ static int pool_free(uintptr_t p, int *full)
         pthread_mutex_lock(&d->lock);
         if (d->state == READY && d->kind == KIND_VMM) {
             res = fa_vm_free(&d->vm, p, &taken, &requested);
-            if (res == FA_VM_FREED && d->vm.quarantined_blocks >= QUARANTINE_MAX_BLOCKS)
+            uint32_t q = d->vm.quarantined_blocks;
+            if (res == FA_VM_FREED && q >= QUARANTINE_MAX_BLOCKS && q >= d->bound_retry && !d->bound_sync) {
+                d->bound_sync = true;
                 *full = dev;
+            }
         } else if (d->state == READY && d->kind == KIND_CHUNKS) {
             fa_pool_free_result c = fa_pool_free(&d->pool, p, &taken, &requested);
             res = c == FA_POOL_FREED ? FA_VM_FREED : c == FA_POOL_NOT_OURS ? FA_VM_NOT_OURS : FA_VM_BAD_POINTER;
@@ -812,6 +826,20 @@ static int pool_free(uintptr_t p, int *full)
     return FA_VM_NOT_OURS;
 }
 
+/* The sync pool_free asked for is over: the next free may ask again; if it
+ * failed (or a capture kept it from running), not before
+ * QUARANTINE_MAX_BLOCKS more blocks wait (epoch_end lifts that once any
+ * sync succeeds). */
+static void bound_sync_done(devstate *d, bool synced)
+{
+    pthread_mutex_lock(&d->lock);
+    d->bound_sync = false;
+    /* Below the bound: another sync freed the blocks meanwhile, no wait. */
+    if (!synced && d->state == READY && d->kind == KIND_VMM && d->vm.quarantined_blocks >= QUARANTINE_MAX_BLOCKS)
+        d->bound_retry = d->vm.quarantined_blocks + QUARANTINE_MAX_BLOCKS;
+    pthread_mutex_unlock(&d->lock);
+}
+
 fa_cuda_error fa_device_free(void *p)
 {
     const fa_cudart *rt = runtime("cudaFree");
@@ -821,8 +849,8 @@ fa_cuda_error fa_device_free(void *p)
         return rt->cudaFree(p); /* cudaFree(NULL) creates the context: the driver's business */
     int full;
     int res = pool_free((uintptr_t)p, &full);
-    if (full >= 0)
-        sync_device(rt, &devs[full], full); /* leaves no error behind, succeeds or not */
+    if (full >= 0) /* leaves no error behind, succeeds or not */
+        bound_sync_done(&devs[full], sync_device(rt, &devs[full], full));
     /* Inside the pool but not a live block (double free, interior pointer):
      * the driver must never see it, it would free a chunk or refuse. */
     if (res != FA_VM_NOT_OURS)
@@ -905,6 +933,7 @@ fa_cuda_error fa_device_reset(void)
         fa_pool_clear(&d->pool);
     }
     d->fallback_bytes = 0;
+    d->bound_retry = 0; /* the new pool's quarantine starts empty (bound_sync is its syncing thread's) */
     d->generation++;
     __atomic_store_n(&d->kind, KIND_NONE, __ATOMIC_RELEASE);
     __atomic_store_n(&d->state, RESETTING, __ATOMIC_RELEASE);

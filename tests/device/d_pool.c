@@ -250,6 +250,100 @@ static int qcap(void)
     return failures;
 }
 
+/* Many threads freeing past the bound while a synchronisation takes long
+ * (FAKECUDA_SYNC_DELAY_MS, as a GPU with work queued): one of them syncs
+ * for the bound, the others go on freeing, so the pool makes about one
+ * sync per QUARANTINE_MAX_BLOCKS frees, not one per thread that freed
+ * meanwhile.  Every block's last queued write lands before the block
+ * changes hands: each thread marks its block, checks the mark as it frees
+ * it and queues a write on it first.  Run with FAKECUDA_MEM=1G and a
+ * 256 MiB pool. */
+enum { QH_THREADS = 8, QH_FREES = 8192, QH_BLOCK = 4 * KiB };
+
+static void *qcap_herd_thread(void *arg)
+{
+    unsigned long *stale = arg;
+    static const unsigned char mark[QH_BLOCK] = {[0 ... QH_BLOCK - 1] = 0x55};
+    unsigned char *a = dmalloc(QH_BLOCK);
+    if (!a)
+        return NULL;
+    memset(a, 0x55, QH_BLOCK);
+    for (int i = 0; i < QH_FREES; i++) {
+        unsigned char *b = dmalloc(QH_BLOCK);
+        if (!b)
+            return NULL;
+        memset(b, 0x55, QH_BLOCK);
+        *stale += memcmp(a, mark, QH_BLOCK) != 0; /* an earlier owner's write landed on it */
+        CHECK(fakecuda_enqueue_fill(NULL, a, 0xAA, QH_BLOCK) == cudaSuccess);
+        CHECK(cudaFree(a) == cudaSuccess);
+        a = b;
+    }
+    CHECK(cudaFree(a) == cudaSuccess);
+    return NULL;
+}
+
+static int qcap_herd(void)
+{
+    pthread_t t[QH_THREADS];
+    unsigned long stale[QH_THREADS] = {0};
+    for (int i = 0; i < QH_THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, qcap_herd_thread, &stale[i]) == 0);
+    for (int i = 0; i < QH_THREADS; i++)
+        pthread_join(t[i], NULL);
+    uint64_t frees = stat_of("device.0.frees"), syncs = stat_of("device.0.device_syncs");
+    printf("qcap_herd: %d threads, %llu frees, %llu device syncs (%llu for one per 1024 frees)\n", QH_THREADS,
+           (unsigned long long)frees, (unsigned long long)syncs, (unsigned long long)(frees / 1024));
+    CHECK(frees == (uint64_t)QH_THREADS * (QH_FREES + 1));
+    CHECK(syncs >= 1);
+    CHECK(syncs <= frees / 1024 + QH_THREADS);
+    unsigned long bad = 0;
+    for (int i = 0; i < QH_THREADS; i++)
+        bad += stale[i];
+    CHECK(bad == 0);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(fakecuda_faults(0) == 0);
+    CHECK(stat_of("device.0.quarantine_bytes") == 0);
+    CHECK(stat_of("device.0.fallback_allocs") == 0);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    return failures;
+}
+
+/* The bound's synchronisation fails (a sticky error): the pool tries again
+ * after another QUARANTINE_MAX_BLOCKS frees, not on every free, and reuses
+ * nothing meanwhile; once a sync succeeds the bound is 1024 again. */
+static int qcap_fail(void)
+{
+    enum { CAP = 1024, N = 4 * KiB, FREES = 4 * CAP };
+    fakecuda_set_sync_error(cudaErrorUnknown);
+    for (int i = 0; i < FREES; i++) {
+        unsigned char *b = dmalloc(N);
+        CHECK(b != NULL);
+        CHECK(fakecuda_enqueue_fill(NULL, b, 0xAA, N) == cudaSuccess);
+        CHECK(cudaFree(b) == cudaSuccess);
+        CHECK(cudaGetLastError() == cudaSuccess); /* the failed sync leaves no error behind */
+    }
+    uint64_t tries = stat_of("device.0.device_syncs");
+    printf("qcap_fail: %d frees, %llu failed device syncs\n", FREES, (unsigned long long)tries);
+    CHECK(tries >= 1 && tries <= FREES / CAP);
+    CHECK(fakecuda_pending(0) == FREES);                       /* nothing landed */
+    CHECK(stat_of("device.0.quarantine_bytes") == FREES * N); /* so nothing left the quarantine */
+    fakecuda_set_sync_error(0);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(fakecuda_pending(0) == 0);
+    CHECK(stat_of("device.0.quarantine_bytes") == 0);
+    for (int i = 0; i < CAP; i++) {
+        unsigned char *b = dmalloc(N);
+        CHECK(fakecuda_enqueue_fill(NULL, b, 0xAA, N) == cudaSuccess);
+        CHECK(cudaFree(b) == cudaSuccess);
+    }
+    CHECK(stat_of("device.0.device_syncs") == tries + 1); /* the 1024th free synchronised */
+    CHECK(fakecuda_pending(0) == 0);
+    CHECK(stat_of("device.0.quarantine_bytes") == 0);
+    CHECK(fakecuda_faults(0) == 0);
+    CHECK(stat_of("device.0.fallback_allocs") == 0);
+    return failures;
+}
+
 /* ---- out of memory ------------------------------------------------------------------ */
 
 /* Run with FAKECUDA_MEM=1G and a 512 MiB pool of 2 MiB pieces: the pool
@@ -737,6 +831,10 @@ int main(int argc, char **argv)
         return oom() ? 1 : 0;
     if (strcmp(mode, "qcap") == 0)
         return qcap() ? 1 : 0;
+    if (strcmp(mode, "qcap_herd") == 0)
+        return qcap_herd() ? 1 : 0;
+    if (strcmp(mode, "qcap_fail") == 0)
+        return qcap_fail() ? 1 : 0;
     if (strcmp(mode, "meminfo") == 0)
         return meminfo() ? 1 : 0;
     if (strcmp(mode, "twodev") == 0)
@@ -767,8 +865,8 @@ int main(int argc, char **argv)
         return giveback(argc > 2 ? atof(argv[2]) : 15) ? 1 : 0;
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
-    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|oom|meminfo|twodev|reset|reset_race|errors|capture"
-                    "|passthrough|blind|frag|pressure|peer|large|kind|giveback [S]\n"
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
+                    "|reset_race|errors|capture|passthrough|blind|frag|pressure|peer|large|kind|giveback [S]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;
 }

@@ -276,6 +276,10 @@ FAKECUDA_API unsigned long fakecuda_faults(int device);
 FAKECUDA_API size_t fakecuda_pieces(int device);
 FAKECUDA_API size_t fakecuda_mapped(int device);
 
+/* Make every cudaDeviceSynchronize fail with err and land nothing (a
+ * sticky error, as far as synchronisation goes) until called with 0. */
+FAKECUDA_API void fakecuda_set_sync_error(int err);
+
 /* The bytes of an IPC handle from cudaIpcGetMemHandle: this struct at the
  * start of the 64-byte handle, the rest zero. */
 struct fakecuda_ipc_payload {

@@ -8,7 +8,9 @@
  *   reached only through cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
  *   FAKECUDA_VMM=noentry makes the entry points find nothing; FAKECUDA_DELAY_MS=N (0..60000) makes cudaMalloc,
  *   cuMemCreate and cuMemAddressReserve slow: each takes effect (and is counted) at once and returns N ms later,
- *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits.
+ *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits;
+ *   FAKECUDA_SYNC_DELAY_MS=N (0..60000) makes cudaDeviceSynchronize wait N ms, lock not held, before the device's
+ *   work lands (a GPU with that much work queued); fakecuda_set_sync_error makes it fail.
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
  *   event timing, sticky errors, per-thread default streams (they are the legacy stream), managed-memory migration.
@@ -144,6 +146,8 @@ static struct {
     int forked_child;          /* forked after that: driver calls fail */
     int vmm;                   /* 1 supported, 0 devices report no support, -1 no entry points */
     unsigned delay_ms;         /* FAKECUDA_DELAY_MS */
+    unsigned sync_delay_ms;    /* FAKECUDA_SYNC_DELAY_MS */
+    cudaError_t sync_error;    /* fakecuda_set_sync_error */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
     struct vm_mapping *mappings;
@@ -302,6 +306,13 @@ static void init_locked(void)
             g.delay_ms = (unsigned)ms;
         else
             say("fakecuda: ignoring FAKECUDA_DELAY_MS=%s (want 0..60000)", e);
+    }
+    if ((e = getenv("FAKECUDA_SYNC_DELAY_MS"))) {
+        size_t ms;
+        if (parse_size(e, &ms) == 0 && ms <= 60000 && strspn(e, "0123456789") == strlen(e))
+            g.sync_delay_ms = (unsigned)ms;
+        else
+            say("fakecuda: ignoring FAKECUDA_SYNC_DELAY_MS=%s (want 0..60000)", e);
     }
     size_t mem = FC_DEFAULT_MEM;
     if ((e = getenv("FAKECUDA_MEM")) && parse_size(e, &mem) != 0) {
@@ -468,13 +479,17 @@ static cudaError_t leave_local(bool unlocked, enum fc_fn fn, cudaError_t rc, int
 
 /* FAKECUDA_DELAY_MS: called after leave(), so the lock is not held.  The
  * setting was read under the lock on this thread's way in. */
-static void slow_return(enum fc_fn fn)
+static void sleep_ms(unsigned ms)
 {
-    if (!g.delay_ms || (fn != FN_cudaMalloc && fn != FN_cuMemCreate && fn != FN_cuMemAddressReserve))
-        return;
-    struct timespec ts = {(time_t)(g.delay_ms / 1000), (long)(g.delay_ms % 1000) * 1000000L};
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+static void slow_return(enum fc_fn fn)
+{
+    if (g.delay_ms && (fn == FN_cudaMalloc || fn == FN_cuMemCreate || fn == FN_cuMemAddressReserve))
+        sleep_ms(g.delay_ms);
 }
 
 /* ---- devices and their regions ------------------------------------------------------ */
@@ -1870,6 +1885,16 @@ FAKECUDA_API cudaError_t cudaDeviceReset(void)
 FAKECUDA_API cudaError_t cudaDeviceSynchronize(void)
 {
     cudaError_t rc = enter(FN_cudaDeviceSynchronize);
+    if (!rc && g.sync_error)
+        rc = g.sync_error; /* nothing lands, as after a sticky error */
+    if (!rc && g.sync_delay_ms) {
+        /* The queued work takes this long: other threads call (and queue
+         * more) meanwhile; what is queued when the wait ends lands. */
+        unsigned ms = g.sync_delay_ms;
+        unlock();
+        sleep_ms(ms);
+        lock();
+    }
     if (!rc)
         rc = do_device_synchronize();
     return leave(FN_cudaDeviceSynchronize, rc, "device=%d", tl_device);
@@ -2378,6 +2403,13 @@ FAKECUDA_API unsigned long fakecuda_faults(int device)
     unsigned long n = g.dev[device].faults;
     unlock();
     return n;
+}
+
+FAKECUDA_API void fakecuda_set_sync_error(int err)
+{
+    lock();
+    g.sync_error = (cudaError_t)err;
+    unlock();
 }
 
 FAKECUDA_API size_t fakecuda_pieces(int device)

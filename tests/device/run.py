@@ -82,6 +82,15 @@ def case_quarantine_cap():
     ok(run(["qcap"], FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_MEM="1G"), "quarantine cap")
 
 
+def case_quarantine_herd():
+    # Threads freeing past the bound while the device takes 2 ms to synchronise: one sync at a time for it.
+    r = ok(run(["qcap_herd"], FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_MEM="1G", FAKECUDA_SYNC_DELAY_MS="2"),
+           "quarantine cap, many threads, slow sync")
+    print(r.stdout.strip())
+    r = ok(run(["qcap_fail"], FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_MEM="1G"), "quarantine cap, failing sync")
+    print(r.stdout.strip())
+
+
 def case_hazard():
     # A device no larger than the pool: when blocks are quarantined, growing is impossible and the pool syncs.
     ok(run(["hazard"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="64M"), "reuse hazard")
