@@ -1155,6 +1155,8 @@ void fa_device_fork_child(void)
         d->target = d->fallback_bytes = d->last_grow_ms = 0;
         d->peers = 0;
         d->used = 0;
+        d->bound_sync = false; /* its syncing thread was the parent's */
+        d->bound_retry = 0;
         memset(&d->st, 0, sizeof d->st);
     }
     fa_ptrmap_clear(&fallback);
