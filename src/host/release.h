@@ -35,7 +35,8 @@ void fa_release_on_alloc(void *p, size_t n);
  * return its size (0 otherwise).  Call fa_release_on_free(size) after the
  * block went back to tcmalloc. */
 size_t fa_release_forget(void *p);
-/* Put back a block fa_release_forget took out (a realloc that failed). */
+/* Put back a block fa_release_forget took out (a realloc that failed, or
+ * one that shrank it in place below FA_RELEASE_MIN). */
 void fa_release_remember(void *p, size_t n);
 void fa_release_on_free(size_t n);
 
