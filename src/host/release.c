@@ -105,6 +105,17 @@ size_t fa_release_forget(void *p)
     return n;
 }
 
+size_t fa_release_table_bytes(void)
+{
+    size_t bytes = 0;
+    for (int level = 0; level < LEVELS; level++)
+        if (__atomic_load_n(&tables[level], __ATOMIC_ACQUIRE))
+            bytes += ((size_t)1 << level_bits[level]) * sizeof(large_slot);
+    return bytes;
+}
+
+uint64_t fa_release_untracked(void) { return __atomic_load_n(&untracked, __ATOMIC_RELAXED); }
+
 /* ---- the policy ------------------------------------------------------------ */
 
 /* Net bytes of large blocks freed since the background last looked (never
