@@ -284,14 +284,17 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
 {
     /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's.  A large
      * p is forgotten before tcmalloc may hand its address to another
-     * thread, as free does, and remembered again if realloc fails. */
+     * thread, as free does, and remembered again if realloc fails.  Shrunk
+     * in place below the large size, p still holds its whole span in
+     * tcmalloc (which answers its old size for it): it stays remembered at
+     * its old size, and its free is the one that counts. */
     size_t old = maybe_large(p) ? fa_release_forget(p) : 0;
     void *q = tc_realloc(p, n);
     if (old) {
-        if (q || n == 0)
-            fa_release_on_free(old);
-        else
+        if (q == NULL ? n != 0 : q == p && n < FA_RELEASE_MIN)
             fa_release_remember(p, old);
+        else
+            fa_release_on_free(old);
     }
     return AFTER_ALLOC(q, n, fn, caller);
 }

@@ -95,9 +95,26 @@ size_t fa_release_forget(void *p)
     size_t n = tc_malloc_size(p); /* rare: the tables were full around p */
     if (n < FA_RELEASE_MIN)
         return 0;
-    __atomic_fetch_sub(&untracked, 1, __ATOMIC_RELAXED);
+    /* Take one from the count, never below zero: of two frees that both saw
+     * the last one, only one has it. */
+    uint64_t left = __atomic_load_n(&untracked, __ATOMIC_RELAXED);
+    do {
+        if (left == 0)
+            return 0;
+    } while (!__atomic_compare_exchange_n(&untracked, &left, left - 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return n;
 }
+
+size_t fa_release_table_bytes(void)
+{
+    size_t bytes = 0;
+    for (int level = 0; level < LEVELS; level++)
+        if (__atomic_load_n(&tables[level], __ATOMIC_ACQUIRE))
+            bytes += ((size_t)1 << level_bits[level]) * sizeof(large_slot);
+    return bytes;
+}
+
+uint64_t fa_release_untracked(void) { return __atomic_load_n(&untracked, __ATOMIC_RELAXED); }
 
 /* ---- the policy ------------------------------------------------------------ */
 

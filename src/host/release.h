@@ -35,9 +35,15 @@ void fa_release_on_alloc(void *p, size_t n);
  * return its size (0 otherwise).  Call fa_release_on_free(size) after the
  * block went back to tcmalloc. */
 size_t fa_release_forget(void *p);
-/* Put back a block fa_release_forget took out (a realloc that failed). */
+/* Put back a block fa_release_forget took out (a realloc that failed, or
+ * one that shrank it in place below FA_RELEASE_MIN). */
 void fa_release_remember(void *p, size_t n);
 void fa_release_on_free(size_t n);
+/* For tests: bytes mapped for the table of live large blocks (64 KiB for
+ * the first level, 1 MiB more once the second is mapped), and the count of
+ * large blocks that found no slot in it. */
+size_t fa_release_table_bytes(void);
+uint64_t fa_release_untracked(void);
 
 /* Run the policy at `now_ms` (CLOCK_MONOTONIC_COARSE): sample, return what
  * was idle for the whole delay, or everything under pressure.  Returns when

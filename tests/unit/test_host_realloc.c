@@ -87,15 +87,23 @@ void tc_delete_sized(void *p, size_t n) { (void)n, give_back(p); }
 void tc_delete_aligned(void *p, size_t align) { (void)align, give_back(p); }
 void tc_delete_sized_aligned(void *p, size_t n, size_t align) { (void)n, (void)align, give_back(p); }
 
-/* Blocks the many-blocks test remembers directly, with a size that follows
- * from the address, so tc_malloc_size can answer for them too. */
+/* Blocks the many-blocks tests remember directly, with a size that follows
+ * from the address, so tc_malloc_size can answer for them too.  It counts
+ * how often it is asked for them (each is a block the tables did not
+ * hold), and while `asked_barrier` is set, waits there before answering. */
 #define MANY_BASE ((uintptr_t)1 << 44)
 static size_t many_size(uintptr_t p) { return FA_RELEASE_MIN - 1 + (p / PAGE % 977 + 1) * PAGE; }
+static size_t many_asked;
+static pthread_barrier_t *asked_barrier;
 
 size_t tc_malloc_size(void *p)
 {
-    if ((uintptr_t)p >= MANY_BASE)
+    if ((uintptr_t)p >= MANY_BASE) {
+        __atomic_fetch_add(&many_asked, 1, __ATOMIC_RELAXED);
+        if (asked_barrier)
+            pthread_barrier_wait(asked_barrier);
         return many_size((uintptr_t)p);
+    }
     struct block *b = find((uintptr_t)p);
     return b ? b->cap : 0;
 }
@@ -204,16 +212,24 @@ static void test_size_zero_frees(void **state)
     assert_int_equal(table_take(p), 0);
 }
 
-/* Shrunk in place below the large size: the block counts as small from
- * then on, and its free goes to tcmalloc as any other. */
+/* Shrunk in place below the large size: tcmalloc still holds the whole
+ * 400 KiB span there, so the table keeps the block at its old size until
+ * it is freed, once. */
 static void test_shrink_below_large(void **state)
 {
     (void)state;
     void *p = fa_host_malloc(400 * KB, NULL);
     assert_ptr_equal(fa_host_realloc(p, 220 * KB, NULL), p);
-    assert_int_equal(table_take(p), 0);
+    assert_ptr_equal(fa_host_realloc(p, 240 * KB, NULL), p);
     fa_host_free(p);
     assert_null(find((uintptr_t)p));
+    assert_int_equal(table_take(p), 0);
+
+    p = fa_host_malloc(400 * KB, NULL);
+    assert_ptr_equal(fa_host_realloc(p, 220 * KB, NULL), p);
+    assert_int_equal(table_take(p), 400 * KB);
+    assert_int_equal(table_take(p), 0);
+    fa_host_free(p);
 }
 
 /* ---- another thread gets the old address before realloc returns -------- */
@@ -262,21 +278,106 @@ static void test_moved_address_reused_meanwhile(void **state)
 
 /* More live large blocks than the tables hold: each is still forgotten at
  * its own size (the ones that found no slot through tcmalloc's answer), and
- * once all are freed nothing is left to forget. */
+ * once all are freed nothing is left to forget.  A few hundred blocks keep
+ * to the 64 KiB first table; the first FIT blocks (more than the first
+ * table holds, fewer than both do) are all found in the tables, without
+ * asking tcmalloc even while others that overflowed make it ask. */
 static void test_many_live_blocks(void **state)
 {
     (void)state;
-    enum { N = 100000 };
+    enum { N = 100000, FEW = 300, FIT = 60000 };
+    assert_int_equal(fa_release_untracked(), 0);
     for (size_t i = 0; i < N; i++) {
         uintptr_t p = MANY_BASE + i * PAGE;
         fa_release_remember((void *)p, many_size(p));
+        if (i + 1 == FEW)
+            assert_int_equal(fa_release_table_bytes(), 64 * KB);
+        if (i + 1 == FIT)
+            assert_int_equal(fa_release_untracked(), 0);
     }
+    assert_int_equal(fa_release_table_bytes(), 64 * KB + 1 * MB);
+    assert_true(fa_release_untracked() > 0);
+    many_asked = 0;
     for (size_t i = 0; i < N; i++) {
         uintptr_t p = MANY_BASE + i * PAGE;
         assert_int_equal(table_take((void *)p), many_size(p));
+        if (i + 1 == FIT)
+            assert_int_equal(many_asked, 0);
     }
+    assert_int_equal(fa_release_untracked(), 0);
     for (size_t i = 0; i < N; i += 97)
         assert_int_equal(table_take((void *)(MANY_BASE + i * PAGE)), 0);
+}
+
+/* Fill the tables with blocks from MANY_BASE on until exactly one found no
+ * slot; returns how many were remembered (the last is the untracked one). */
+static size_t fill_to_one_untracked(void)
+{
+    assert_int_equal(fa_release_untracked(), 0);
+    size_t i = 0;
+    for (; fa_release_untracked() == 0; i++) {
+        uintptr_t p = MANY_BASE + i * PAGE;
+        fa_release_remember((void *)p, many_size(p));
+    }
+    return i;
+}
+
+static void forget_filled(size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        table_take((void *)(MANY_BASE + i * PAGE));
+}
+
+/* Once the tables overflowed, a block shrunk in place below the large size
+ * and then freed leaves the count of untracked blocks as it was: its free
+ * is not taken for another's. */
+static void test_shrink_below_large_overflowed(void **state)
+{
+    (void)state;
+    size_t count = fill_to_one_untracked();
+    void *p = fa_host_malloc(400 * KB, NULL);
+    assert_ptr_equal(fa_host_realloc(p, 220 * KB, NULL), p);
+    fa_host_free(p);
+    assert_int_equal(fa_release_untracked(), 1);
+    uintptr_t last = MANY_BASE + (count - 1) * PAGE;
+    assert_int_equal(table_take((void *)last), many_size(last));
+    assert_int_equal(fa_release_untracked(), 0);
+    forget_filled(count);
+}
+
+/* Two frees miss the tables while one block is untracked, and both are
+ * held inside tcmalloc's answer until both have seen the count at one:
+ * only one of them takes it, and the count stays at zero (not 2^64 - 1,
+ * after which every page-aligned free would ask tcmalloc). */
+static uintptr_t race_addr[2];
+static size_t race_got[2];
+
+static void *race_forget(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    race_got[k] = fa_release_forget((void *)race_addr[k]);
+    return NULL;
+}
+
+static void test_untracked_race(void **state)
+{
+    (void)state;
+    size_t count = fill_to_one_untracked();
+    race_addr[0] = MANY_BASE + (count - 1) * PAGE; /* the untracked block */
+    race_addr[1] = MANY_BASE + (count + 1000) * PAGE; /* a large block never remembered */
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    asked_barrier = &barrier;
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&t[k], NULL, race_forget, (void *)(intptr_t)k), 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    asked_barrier = NULL;
+    pthread_barrier_destroy(&barrier);
+    assert_int_equal(fa_release_untracked(), 0);
+    assert_true((race_got[0] != 0) != (race_got[1] != 0)); /* exactly one took it */
+    forget_filled(count - 1);
 }
 
 int main(void)
@@ -294,6 +395,8 @@ int main(void)
         cmocka_unit_test_setup(test_shrink_below_large, setup),
         cmocka_unit_test_setup(test_moved_address_reused_meanwhile, setup),
         cmocka_unit_test_setup(test_many_live_blocks, setup),
+        cmocka_unit_test_setup(test_shrink_below_large_overflowed, setup),
+        cmocka_unit_test_setup(test_untracked_race, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
