@@ -142,6 +142,62 @@ static void test_own_symlink_appended(void **state)
     assert_int_equal(entries(), 2);
 }
 
+/* Somebody with write access to the directory swaps a link of theirs in
+ * right after the writer looked at ours (the first lstat or fstat the
+ * writer makes on the path): what the writer looked at is what it follows,
+ * never the link swapped in.  Needs root to make a link of another
+ * user's. */
+static const char *swap_path, *swap_to;
+
+static void swap_now(void)
+{
+    const char *path = swap_path;
+    swap_path = NULL; /* once */
+    char evil[160];
+    snprintf(evil, sizeof evil, "%s/evil", dir);
+    assert_int_equal(symlink(swap_to, evil), 0);
+    assert_int_equal(lchown(evil, 65534, 65534), 0);
+    assert_int_equal(rename(evil, path), 0);
+}
+
+int lstat(const char *path, struct stat *st)
+{
+    int r = fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW);
+    if (swap_path && strcmp(path, swap_path) == 0)
+        swap_now();
+    return r;
+}
+
+int fstat(int fd, struct stat *st)
+{
+    int r = fstatat(fd, "", st, AT_EMPTY_PATH);
+    if (swap_path && r == 0 && S_ISLNK(st->st_mode))
+        swap_now();
+    return r;
+}
+
+static void test_link_swapped_after_check(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    char target[128], link[128], precious[128], got[64];
+    precious_and_link(target, link, sizeof target);
+    snprintf(precious, sizeof precious, "%s/secret", dir);
+    FILE *f = fopen(precious, "w");
+    assert_non_null(f);
+    fputs("secret", f);
+    fclose(f);
+    swap_path = link;
+    swap_to = precious;
+    fa_file_write_atomic(link, "stats", 5, &scratch);
+    assert_null(swap_path); /* the swap happened */
+    read_all(precious, got, sizeof got);
+    assert_string_equal(got, "secret");
+    read_all(target, got, sizeof got);
+    assert_string_equal(got, "keepstats");
+}
+
 /* A FIFO stays a FIFO: with a reader it gets the data, without one the
  * write fails at once instead of waiting. */
 static void test_fifo(void **state)
@@ -233,6 +289,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_symlink_replaced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_symlink_appended, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_link_swapped_after_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors_leave_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_temporaries_swept, setup, teardown),
