@@ -215,6 +215,41 @@ static void test_threads(void **state)
     assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
 }
 
+/* Once nothing is held or left to judge the thread exits; the next large
+ * frees start it again, whenever they come: just before it exits, while
+ * it exits, or after.  A wake lost in between would leave the memory held
+ * with no thread and no further call: the waits below would time out. */
+static void test_retire_and_restart(void **state)
+{
+    (void)state;
+    /* A process of its own (see main): the settings are loaded before any
+     * thread runs. */
+    load("100ms", "32M");
+    fa_background_start();
+    uintptr_t base = (uintptr_t)7 << 44;
+    unsigned seed = 12345;
+    int exited = 0;
+    for (int round = 0; round < 10; round++) {
+        for (uintptr_t i = 0; i < 16; i++)
+            large_alloc(base + ((i + 1) << 32), 4 * MB);
+        for (uintptr_t i = 0; i < 16; i++)
+            large_free(base + ((i + 1) << 32));
+        int ms = 0;
+        for (; ms < 5000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 2 * MB; ms += 10)
+            sleep_ms(10);
+        assert_true(ms < 5000);
+        /* The next round's frees land at a varying moment around the exit. */
+        seed = seed * 1103515245u + 12345u;
+        sleep_ms((long)(seed >> 16) % 2000);
+        exited += helper_threads() == 0;
+    }
+    assert_true(exited > 0); /* some rounds found the thread gone and started it again */
+    int ms = 0;
+    for (; ms < 8000 && helper_threads() > 0; ms += 20)
+        sleep_ms(20);
+    assert_int_equal(helper_threads(), 0);
+}
+
 /* A program that frees a large working set, sits still a while and needs
  * it again (a text encoder moved to the host for each prompt): the first
  * cycles pay for a return, then the hold grows past the cycle and the
@@ -304,6 +339,12 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_regret_stretches_hold),
         };
         return cmocka_run_group_tests(learn, NULL, NULL);
+    }
+    if (argc > 1 && strcmp(argv[1], "retire") == 0) {
+        const struct CMUnitTest retire[] = {
+            cmocka_unit_test(test_retire_and_restart),
+        };
+        return cmocka_run_group_tests(retire, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idle_settles),
