@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include "device.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ enum pool_state { UNTOUCHED, RESERVING, READY, PASSTHROUGH, RESETTING };
 enum pool_kind { KIND_NONE, KIND_CHUNKS, KIND_VMM };
 
 #define IDLE_SPELL_MS 10000 /* grown pieces go back after this long without growth */
+#define RESERVE_WAIT_S 2     /* the longest a first call waits for another thread's reservation */
 /* A program that frees without ever synchronising gets a synchronisation
  * from the pool once this many blocks wait in quarantine (the driver's own
  * cudaFree synchronises on every call).  Without it the quarantine of a
@@ -532,6 +534,19 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
     if (st == READY || st == PASSTHROUGH)
         return;
     pthread_mutex_lock(&d->lock);
+    if (d->state == RESERVING && !capturing()) {
+        /* Another thread's first call is reserving (the context is being
+         * made, a second or more on a GPU): wait for the pool instead of
+         * going to the driver, as its own calls would wait for the context.
+         * Bounded: the reserving thread may need the loader lock that this
+         * thread holds (a cudaMalloc in a library constructor). */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += RESERVE_WAIT_S;
+        while (d->state == RESERVING &&
+               pthread_cond_clockwait(&d->settled, &d->lock, CLOCK_MONOTONIC, &until) != ETIMEDOUT)
+            ;
+    }
     if (d->state != UNTOUCHED || capturing()) { /* during a capture: try again later */
         pthread_mutex_unlock(&d->lock);
         return;

@@ -308,6 +308,39 @@ static int qcap_herd(void)
     return failures;
 }
 
+/* Eight threads make their first cudaMalloc at once while the stand-in's
+ * reservation calls are slow (FAKECUDA_DELAY_MS): the threads that find
+ * the pool being reserved wait for it, none goes to the driver. */
+enum { FR_THREADS = 8 };
+static pthread_barrier_t fr_start;
+
+static void *first_race_thread(void *arg)
+{
+    (void)arg;
+    pthread_barrier_wait(&fr_start);
+    void *p = dmalloc(MiB);
+    CHECK(p != NULL);
+    CHECK(cudaFree(p) == cudaSuccess);
+    return NULL;
+}
+
+static int first_race(void)
+{
+    pthread_t t[FR_THREADS];
+    pthread_barrier_init(&fr_start, NULL, FR_THREADS);
+    for (int i = 0; i < FR_THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, first_race_thread, NULL) == 0);
+    for (int i = 0; i < FR_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&fr_start);
+    printf("first_race: %llu pool allocations, %llu driver allocations\n",
+           (unsigned long long)stat_of("device.0.pool_allocs"), (unsigned long long)stat_of("device.0.fallback_allocs"));
+    CHECK(stat_of("device.0.pool_allocs") == FR_THREADS);
+    CHECK(stat_of("device.0.fallback_allocs") == 0);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    return failures;
+}
+
 /* The bound's synchronisation fails (a sticky error): the pool tries again
  * after another QUARANTINE_MAX_BLOCKS frees, not on every free, and reuses
  * nothing meanwhile; once a sync succeeds the bound is 1024 again. */
@@ -833,6 +866,8 @@ int main(int argc, char **argv)
         return qcap() ? 1 : 0;
     if (strcmp(mode, "qcap_herd") == 0)
         return qcap_herd() ? 1 : 0;
+    if (strcmp(mode, "first_race") == 0)
+        return first_race() ? 1 : 0;
     if (strcmp(mode, "qcap_fail") == 0)
         return qcap_fail() ? 1 : 0;
     if (strcmp(mode, "meminfo") == 0)

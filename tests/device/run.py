@@ -91,6 +91,13 @@ def case_quarantine_herd():
     print(r.stdout.strip())
 
 
+def case_first_calls():
+    # Threads whose first cudaMalloc finds another thread reserving the pool wait for it (not the driver).
+    r = ok(run(["first_race"], FAKECUDA_MEM="4G", FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_DELAY_MS="100"),
+           "first calls of eight threads at once")
+    print(r.stdout.strip())
+
+
 def case_hazard():
     # A device no larger than the pool: when blocks are quarantined, growing is impossible and the pool syncs.
     ok(run(["hazard"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="64M"), "reuse hazard")
