@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/log.h"
@@ -249,20 +250,36 @@ static bool read_value(const char *d, size_t dl, const char *name, uint64_t *out
     return fa_read_file(path, text, sizeof text) > 0 && fa_pressure_parse_limit(text, out);
 }
 
-static uint64_t cgroup_headroom(void)
+/* The limits of the cgroup and its ancestors down to the mount point (a
+ * limit set on a parent, a container's own cgroup, binds as well), as last
+ * read: they change only when somebody sets them (docker update), so they
+ * are read again every LIMITS_MS, and on other calls only the usage of the
+ * levels that have one: one file a call under a container's limit, none
+ * without a limit.  One caller at a time (the release policy's tick). */
+#define LIMITS_MS 5000
+#define LEVELS 16
+static uint64_t limits[LEVELS];
+static size_t limit_len[LEVELS]; /* the part of dir naming that level */
+static int limited_levels;
+static uint64_t limits_read_ms; /* CLOCK_MONOTONIC; 0: not read */
+
+static uint64_t mono_ms(void)
 {
-    uint64_t best = UINT64_MAX;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u + 1; /* never 0 */
+}
+
+static void read_limits(void)
+{
     const char *lim = is_v1 ? "memory.limit_in_bytes" : "memory.max";
-    const char *use = is_v1 ? "memory.usage_in_bytes" : "memory.current";
-    /* The cgroup and its ancestors down to the mount point: a limit set on
-     * a parent (a container's own cgroup) binds as well. */
     size_t len = strlen(dir);
-    for (int level = 0; level < 16; level++) {
-        uint64_t limit, usage;
-        if (read_value(dir, len, lim, &limit) && limit != UINT64_MAX && read_value(dir, len, use, &usage)) {
-            uint64_t room = limit > usage ? limit - usage : 0;
-            if (room < best)
-                best = room;
+    limited_levels = 0;
+    for (int level = 0; level < LEVELS; level++) {
+        uint64_t limit;
+        if (read_value(dir, len, lim, &limit) && limit != UINT64_MAX) {
+            limits[limited_levels] = limit;
+            limit_len[limited_levels++] = len;
         }
         if (len <= mount_len)
             break;
@@ -270,6 +287,25 @@ static uint64_t cgroup_headroom(void)
             len--;
         if (len > mount_len)
             len--; /* drop the '/' */
+    }
+}
+
+static uint64_t cgroup_headroom(void)
+{
+    uint64_t now = mono_ms();
+    if (!limits_read_ms || now - limits_read_ms >= LIMITS_MS) {
+        read_limits();
+        limits_read_ms = now;
+    }
+    const char *use = is_v1 ? "memory.usage_in_bytes" : "memory.current";
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < limited_levels; i++) {
+        uint64_t usage;
+        if (read_value(dir, limit_len[i], use, &usage)) {
+            uint64_t room = limits[i] > usage ? limits[i] - usage : 0;
+            if (room < best)
+                best = room;
+        }
     }
     return best;
 }
@@ -290,4 +326,6 @@ void fa_pressure_reset(void)
 {
     state = 0;
     lock = 0;
+    limited_levels = 0;
+    limits_read_ms = 0;
 }
