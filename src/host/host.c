@@ -337,17 +337,25 @@ static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, voi
 
 static bool power_of_two(size_t a) { return a && (a & (a - 1)) == 0; }
 
+/* glibc's memalign: an alignment that is not a power of two is rounded up
+ * to one; above SIZE_MAX/2+1 there is none (left as it is: EINVAL). */
+static size_t memalign_alignment(size_t align)
+{
+    if (align > SIZE_MAX / 2 + 1)
+        return align;
+    while (!power_of_two(align))
+        align = align ? align + (align & -align) : 1;
+    return align;
+}
+
 void *fa_host_memalign(size_t align, size_t n, void *caller)
 {
-    /* glibc: alignments above SIZE_MAX/2+1 are EINVAL; others that are not
-     * a power of two are rounded up to one. */
-    if (align > SIZE_MAX / 2 + 1) {
+    align = memalign_alignment(align);
+    if (!power_of_two(align)) {
         fa_stats_alloc(FA_CALL_memalign, n);
         errno = EINVAL;
         return NULL;
     }
-    while (!power_of_two(align))
-        align = align ? align + (align & -align) : 1;
     return aligned(FA_CALL_memalign, "memalign", align, n, caller);
 }
 
@@ -374,10 +382,8 @@ static bool strict_aligned_alloc(void)
 
 void *fa_host_aligned_alloc(size_t align, size_t n, void *caller)
 {
-    if (!strict_aligned_alloc() && align <= SIZE_MAX / 2 + 1) {
-        while (!power_of_two(align))
-            align = align ? align + (align & -align) : 1;
-    }
+    if (!strict_aligned_alloc())
+        align = memalign_alignment(align);
     if (!power_of_two(align)) {
         fa_stats_alloc(FA_CALL_aligned_alloc, n);
         errno = EINVAL;

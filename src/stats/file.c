@@ -97,6 +97,20 @@ static long temp_owner(const char *name, const char *tag)
     return *c ? -1 : pid;
 }
 
+/* The directory part of path into dir (cap bytes): "." when there is none. */
+static bool dir_of(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 1;
+    if (slash && n == 0)
+        n = 1; /* "/" */
+    if (n >= cap)
+        return false;
+    memcpy(dir, slash ? path : ".", n);
+    dir[n] = '\0';
+    return true;
+}
+
 /* getdents64 into the caller's scratch: no malloc, usable at exit and in
  * a signal handler.  A temporary is removed only when it carries our
  * namespace tag (same kernel boot, same pid namespace) and its pid is gone:
@@ -108,14 +122,8 @@ void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
     if (!fa_file_ns_tag(tag))
         return;
     char *dir = scratch->work;
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n >= sizeof scratch->work)
+    if (!dir_of(path, dir, sizeof scratch->work))
         return;
-    if (slash && n == 0)
-        n = 1; /* "/" */
-    memcpy(dir, slash ? path : ".", slash ? n : 1);
-    dir[slash ? n : 1] = '\0';
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return;
@@ -130,20 +138,6 @@ void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
         }
     }
     close(fd);
-}
-
-/* The directory part of path into dir (cap bytes): "." when there is none. */
-static bool dir_of(const char *path, char *dir, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 1;
-    if (slash && n == 0)
-        n = 1; /* "/" */
-    if (n >= cap)
-        return false;
-    memcpy(dir, slash ? path : ".", n);
-    dir[n] = '\0';
-    return true;
 }
 
 /* Write data to fd (opened O_NONBLOCK) and close it: a FIFO's reader that

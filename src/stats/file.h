@@ -50,9 +50,9 @@ typedef struct fa_file_scratch {
  * socket, or a symbolic link that root or this user made, is appended to
  * instead, as >> would (the link's target is created if missing; a link
  * made by anybody else is replaced).  A FIFO's reader that reads nothing
- * for a second, or goes away, fails the write (ETIMEDOUT, EPIPE).  Returns 0, or an errno value (the file is then absent
- * and no temporary is left behind).  scratch->tmp holds the
- * temporary's name while it may exist, so a signal handler can remove it
+ * for a second, or goes away, fails the write (ETIMEDOUT, EPIPE).  Returns
+ * 0, or an errno value (the file is then absent and no temporary is left
+ * behind).  scratch->tmp holds the temporary's name while it may exist, so a signal handler can remove it
  * (a reader sees the whole name or ""); it is emptied again before
  * return.  After the first successful write of a process, temporaries left
  * in the same directory by processes of our pid namespace that no longer
