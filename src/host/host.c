@@ -34,6 +34,7 @@
 #include "release.h"
 #include "served.h"
 #include "tcprop.h"
+#include "zeropages.h"
 
 /* tcmalloc's C++ entry points (gperftools/tcmalloc.h declares them for C++
  * only), with their C ABI: std::align_val_t is a size_t and a
@@ -600,6 +601,8 @@ void fa_host_start(void)
         fa_tc_release_rate = rate;
     else
         fa_info("this tcmalloc does not export its release-rate flag; FORGEALLOC_RELEASE_RATE has no effect");
+    size_t zero = fa_zero_pages_at_start((const void *)tc_malloc);
+    fa_debug("%zu KiB of pages tcmalloc cleared at start and holds only zeros given back", zero >> 10);
 }
 
 void fa_host_fork_child(void)

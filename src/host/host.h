@@ -52,7 +52,8 @@ size_t fa_host_release_all(void);
 void fa_host_fill(struct fa_snapshot *s);
 
 /* At library start, after tcmalloc's own initialisers: apply the settings
- * tcmalloc reads only at load (the release rate). */
+ * tcmalloc reads only at load (the release rate) and give back the pages
+ * its start cleared and left holding only zeros (zeropages.h). */
 void fa_host_start(void);
 /* After fork, in the child. */
 void fa_host_fork_child(void);

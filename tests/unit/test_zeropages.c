@@ -1,0 +1,209 @@
+/* test_zeropages.c - giving back pages that hold only zeros (zeropages.c):
+ * which pages go, that what stays is intact, holes in the range, and the
+ * start-up pass over a BSS and the brk heap. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../src/host/zeropages.h"
+#include "log.h"
+
+#define PAGES 64
+
+static size_t page;
+
+static unsigned char *map_pages(size_t n)
+{
+    void *p = mmap(NULL, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    return p;
+}
+
+static bool resident(const void *p)
+{
+    unsigned char v = 0;
+    assert_int_equal(mincore((void *)p, page, &v), 0);
+    return v & 1;
+}
+
+/* Written zero pages go; pages with one nonzero byte (first or last),
+ * pages never touched and pages with data stay, their contents intact. */
+static void test_only_zero_pages_go(void **state)
+{
+    (void)state;
+    unsigned char *m = map_pages(PAGES);
+    for (int i = 0; i < PAGES; i++) {
+        switch (i % 8) {
+        case 0: case 1: case 2: /* a run of three zero pages */
+            memset(m + i * page, 0, page);
+            break;
+        case 3:
+            m[i * page] = 1;
+            break;
+        case 4:
+            m[i * page + page - 1] = 0x80;
+            break;
+        case 5: /* never touched */
+            break;
+        case 6:
+            memset(m + i * page, 0xa5, page);
+            break;
+        case 7: /* a lone zero page */
+            memset(m + i * page, 0, page);
+            break;
+        }
+    }
+    size_t dropped = fa_zero_pages_drop((uintptr_t)m, (uintptr_t)m + PAGES * page, page);
+    assert_int_equal(dropped, (PAGES / 8) * 4 * page);
+    for (int i = 0; i < PAGES; i++) {
+        unsigned char *p = m + i * page;
+        int kind = i % 8;
+        bool zero_page = kind <= 2 || kind == 7;
+        assert_int_equal(resident(p), !zero_page && kind != 5);
+        for (size_t j = 0; j < page; j++) {
+            unsigned char want = 0;
+            if (kind == 3 && j == 0)
+                want = 1;
+            else if (kind == 4 && j == page - 1)
+                want = 0x80;
+            else if (kind == 6)
+                want = 0xa5;
+            if (p[j] != want)
+                fail_msg("page %d byte %zu: %#x, want %#x", i, j, p[j], want);
+        }
+    }
+    /* A dropped page is an ordinary page again. */
+    m[5] = 7;
+    assert_int_equal(m[5], 7);
+    assert_true(resident(m));
+    munmap(m, PAGES * page);
+}
+
+/* Holes in the range are skipped; the pages around them are still seen. */
+static void test_holes_skipped(void **state)
+{
+    (void)state;
+    unsigned char *m = map_pages(PAGES);
+    memset(m, 0, PAGES * page);
+    memset(m + 10 * page, 1, page);
+    assert_int_equal(munmap(m + 20 * page, page), 0);
+    assert_int_equal(munmap(m + 40 * page, 8 * page), 0);
+    size_t dropped = fa_zero_pages_drop((uintptr_t)m, (uintptr_t)m + PAGES * page, page);
+    assert_int_equal(dropped, (PAGES - 1 - 1 - 8) * page);
+    assert_true(resident(m + 10 * page));
+    assert_false(resident(m + 63 * page));
+    munmap(m, 20 * page);
+    munmap(m + 21 * page, 19 * page);
+    munmap(m + 48 * page, 16 * page);
+}
+
+static void test_parse_stat(void **state)
+{
+    (void)state;
+    long threads = 0;
+    uintptr_t brk = 0;
+    const char *line = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 12345 1000000 "
+                       "200 18446744073709551615 1 2 3 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 94000000000000 "
+                       "94000000004096 94000001000000 140000000000000 1 2 3 4 0\n";
+    assert_true(fa_zero_pages_parse_stat(line, &threads, &brk));
+    assert_int_equal(threads, 3);
+    assert_int_equal(brk, 94000001000000ull);
+    assert_false(fa_zero_pages_parse_stat("4242 (a) S 1 2 3", &threads, &brk));
+    assert_false(fa_zero_pages_parse_stat("no parenthesis at all", &threads, &brk));
+    assert_false(fa_zero_pages_parse_stat("1 (x) S 1 1 1 0 -1 4 1 0 0 0 1 2 0 0 20 0 x 0", &threads, &brk));
+
+    char text[1024];
+    assert_true(fa_read_file("/proc/self/stat", text, sizeof text) > 0);
+    assert_true(fa_zero_pages_parse_stat(text, &threads, &brk));
+    assert_true(threads >= 1);
+    assert_true(brk > 0);
+    assert_true(brk <= (uintptr_t)sbrk(0));
+}
+
+static long thread_count(void)
+{
+    char text[1024];
+    long threads = 0;
+    uintptr_t brk;
+    if (fa_read_file("/proc/self/stat", text, sizeof text) <= 0 || !fa_zero_pages_parse_stat(text, &threads, &brk))
+        return -1;
+    return threads;
+}
+
+static unsigned char bss[16 * 4096] __attribute__((aligned(4096)));
+
+/* One thread: zero pages of the object's BSS and of the brk heap go; data
+ * on both stays. */
+static void test_start_pass(void **state)
+{
+    (void)state;
+    if (thread_count() != 1)
+        skip(); /* a sanitizer's runtime started a thread: the pass rightly does nothing */
+    memset(bss, 0, sizeof bss);
+    bss[3 * page] = 9;
+    unsigned char *heap = sbrk(0);
+    unsigned char *grown = sbrk((intptr_t)(8 * page));
+    assert_true(grown != (void *)-1);
+    unsigned char *h = (unsigned char *)(((uintptr_t)grown + page - 1) & ~(uintptr_t)(page - 1));
+    (void)heap;
+    memset(grown, 0, 8 * page);
+    h[page] = 4;
+    size_t dropped = fa_zero_pages_at_start(bss);
+    assert_true(dropped >= (16 - 1 + 5) * page);
+    assert_false(resident(bss));
+    assert_false(resident(bss + 15 * page));
+    assert_true(resident(bss + 3 * page));
+    assert_int_equal(bss[3 * page], 9);
+    assert_false(resident(h + 2 * page));
+    assert_true(resident(h + page));
+    assert_int_equal(h[page], 4);
+    h[page] = 0;
+    sbrk(-(intptr_t)(8 * page));
+}
+
+static void *sleeper(void *arg)
+{
+    pthread_barrier_t *b = arg;
+    pthread_barrier_wait(b); /* started */
+    pthread_barrier_wait(b); /* done */
+    return NULL;
+}
+
+/* With a second thread, nothing is touched: that thread could write a page
+ * between its check and its madvise. */
+static void test_start_pass_needs_one_thread(void **state)
+{
+    (void)state;
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, sleeper, &b), 0);
+    pthread_barrier_wait(&b);
+    memset(bss, 0, sizeof bss);
+    assert_int_equal(fa_zero_pages_at_start(bss), 0);
+    assert_true(resident(bss));
+    pthread_barrier_wait(&b);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&b);
+}
+
+int main(void)
+{
+    page = (size_t)sysconf(_SC_PAGESIZE);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_only_zero_pages_go),
+        cmocka_unit_test(test_holes_skipped),
+        cmocka_unit_test(test_parse_stat),
+        cmocka_unit_test(test_start_pass),
+        cmocka_unit_test(test_start_pass_needs_one_thread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
