@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <unistd.h>
@@ -97,6 +98,18 @@ static uint64_t start_unix_ms(const fa_snapshot *s)
 
 static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
 
+/* exit() flushes stdio only after the last destructor, so an exit dump on a
+ * stderr that shares a file with stdout (2>&1) would land ahead of the
+ * program's last buffered lines.  Flushed first, unless another thread holds
+ * the stream. */
+static void flush_stdout(void)
+{
+    if (ftrylockfile(stdout) != 0)
+        return;
+    fflush_unlocked(stdout);
+    funlockfile(stdout);
+}
+
 bool fa_report_signal_enter(void)
 {
     int self = (int)gettid();
@@ -139,6 +152,8 @@ void fa_report_configured(const char *reason, bool in_signal)
      * take no file paths from the environment: stderr too. */
     bool main_exit = (uint64_t)s->pid == fa_opt_u64(FA_OPT_STATS_MAIN_PID) && strcmp(reason, "interval") != 0;
     if (!tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode()) {
+        if (!in_signal && strcmp(reason, "exit") == 0)
+            flush_stdout();
         fa_write_stderr(b.p, b.len);
     } else {
         int err = ENAMETOOLONG;

@@ -78,8 +78,10 @@ int main(int argc, char **argv)
         int st;
         waitpid(pid, &st, 0);
         return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    } else if (argc >= 3 && strcmp(argv[1], "print") == 0) {
+        printf("%s\n", argv[2]); /* left in stdout's buffer for exit to flush */
     } else {
-        fprintf(stderr, "usage: p_calls calls N | threads N | fork A B\n");
+        fprintf(stderr, "usage: p_calls calls N | threads N | fork A B | print TEXT\n");
         return 2;
     }
     return 0;

@@ -1082,6 +1082,17 @@ def case_exit_paths():
             check(len(files) == (1 if dumped else 0), f"{how}: files {files}")
             if dumped:
                 check(dumps(d) and list(dumps(d).values())[0]["reason"] == "exit", f"{how}: reason")
+    # With 2>&1 into a file, the dump comes after the program's last lines,
+    # which exit() would flush only after every destructor.
+    with tempfile.TemporaryFile("w+") as out:
+        env = base_env(FORGEALLOC_STATS="text", LD_PRELOAD=ARGS.lib)
+        r = subprocess.run([prog("p_calls"), "print", "the program's last line"], env=env, stdout=out,
+                           stderr=subprocess.STDOUT, timeout=60)
+        out.seek(0)
+        lines = out.read().splitlines()
+    check(r.returncode == 0, f"p_calls print exited {r.returncode}")
+    check(lines and lines[0] == "the program's last line" and lines[1].startswith("forgealloc "),
+          f"2>&1 into a file: the dump did not follow the program's output: {lines[:3]}")
 
 
 def case_interval():
