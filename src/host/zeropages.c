@@ -4,6 +4,7 @@
 #include "zeropages.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <string.h>
@@ -64,40 +65,117 @@ size_t fa_zero_pages_drop(uintptr_t lo, uintptr_t hi, size_t page)
     return dropped;
 }
 
-bool fa_zero_pages_parse_stat(const char *stat, long *threads, uintptr_t *start_brk)
+bool fa_zero_pages_parse_stat(const char *stat, long *threads)
 {
     /* "pid (comm) state ppid ...": the name may hold spaces and parentheses,
      * so fields are counted from the last ')', which ends field 2. */
     const char *p = strrchr(stat, ')');
     if (!p)
         return false;
-    bool have_threads = false, have_brk = false;
     for (int field = 2; *p; p++) {
-        if (*p != ' ')
+        if (*p != ' ' || ++field != 20)
             continue;
-        field++;
         const char *v = p + 1;
-        if (field != 20 && field != 47)
-            continue;
         if (*v < '0' || *v > '9')
             return false;
-        unsigned long long x = 0;
-        for (; *v >= '0' && *v <= '9'; v++)
-            x = x * 10 + (unsigned long long)(*v - '0');
-        if (field == 20) {
-            *threads = (long)x;
-            have_threads = true;
-        } else {
-            *start_brk = (uintptr_t)x;
-            have_brk = true;
-            break;
-        }
+        long x = 0;
+        for (; *v >= '0' && *v <= '9' && x < 1000000000; v++)
+            x = x * 10 + (*v - '0');
+        *threads = x;
+        return true;
     }
-    return have_threads && have_brk;
+    return false;
+}
+
+static bool hex(const char **s, uintptr_t *out)
+{
+    uintptr_t v = 0;
+    const char *p = *s;
+    for (;; p++) {
+        unsigned d;
+        if (*p >= '0' && *p <= '9')
+            d = (unsigned)(*p - '0');
+        else if (*p >= 'a' && *p <= 'f')
+            d = (unsigned)(*p - 'a' + 10);
+        else
+            break;
+        if (v >> (sizeof v * 8 - 4))
+            return false;
+        v = v << 4 | d;
+    }
+    if (p == *s)
+        return false;
+    *s = p;
+    *out = v;
+    return true;
+}
+
+bool fa_zero_pages_parse_maps_line(const char *line, fa_mapping *m)
+{
+    /* "lo-hi perms offset major:minor inode   [path]" */
+    const char *p = line;
+    if (!hex(&p, &m->lo) || *p++ != '-' || !hex(&p, &m->hi) || *p++ != ' ' || m->hi <= m->lo)
+        return false;
+    bool rw_private = strncmp(p, "rw-p ", 5) == 0;
+    const char *field = p;
+    for (int i = 0; i < 3; i++) { /* to the inode */
+        field = strchr(field, ' ');
+        if (!field)
+            return false;
+        while (*field == ' ')
+            field++;
+    }
+    bool no_inode = field[0] == '0' && (field[1] == ' ' || field[1] == '\n' || field[1] == '\0');
+    const char *name = field + 1;
+    while (*name == ' ')
+        name++;
+    m->anonymous = rw_private && no_inode;
+    m->heap = strncmp(name, "[heap]", 6) == 0;
+    return true;
+}
+
+/* The process's private, writable anonymous mappings (at most cap), in
+ * address order, from /proc/self/maps read in pieces on the stack.  -1 if
+ * the file cannot be read. */
+static int anonymous_mappings(fa_mapping *out, int cap)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    char buf[4096];
+    size_t have = 0;
+    int n = 0;
+    bool skipping = false; /* inside a line longer than buf */
+    for (;;) {
+        ssize_t got = read(fd, buf + have, sizeof buf - 1 - have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        have += (size_t)got;
+        buf[have] = '\0';
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n'))) {
+            *nl = '\0';
+            fa_mapping m;
+            if (!skipping && n < cap && fa_zero_pages_parse_maps_line(line, &m) && m.anonymous)
+                out[n++] = m;
+            skipping = false;
+            line = nl + 1;
+        }
+        have = (size_t)(buf + have - line);
+        if (have == sizeof buf - 1) { /* a line that does not fit: a long path, never an anonymous mapping */
+            skipping = true;
+            have = 0;
+        }
+        memmove(buf, line, have);
+    }
+    close(fd);
+    return n;
 }
 
 struct bss_search {
-    uintptr_t addr;   /* an address inside the object */
+    uintptr_t addr; /* an address inside the object */
     size_t page;
     uintptr_t lo[4], hi[4]; /* its BSS ranges that have whole pages */
     int n;
@@ -132,6 +210,12 @@ static int find_bss(struct dl_phdr_info *info, size_t size, void *arg)
     return 1;
 }
 
+#define MAX_MAPPINGS 128
+/* How much of the brk heap is looked at: tcmalloc's cleared leaf is near its
+ * start, and a library loaded late into a process with a large heap should
+ * not read all of it. */
+#define HEAP_SCAN_MAX ((uintptr_t)32 << 20)
+
 size_t fa_zero_pages_at_start(const void *in_object)
 {
     int saved_errno = errno;
@@ -139,28 +223,33 @@ size_t fa_zero_pages_at_start(const void *in_object)
     long page = sysconf(_SC_PAGESIZE);
     char stat[1024];
     long threads = 0;
-    uintptr_t start_brk = 0;
     if (page <= 0 || fa_read_file("/proc/self/stat", stat, sizeof stat) <= 0 ||
-        !fa_zero_pages_parse_stat(stat, &threads, &start_brk) || threads != 1)
+        !fa_zero_pages_parse_stat(stat, &threads) || threads != 1)
         goto out;
-
-    struct bss_search s = {.addr = (uintptr_t)in_object, .page = (size_t)page};
-    if (in_object)
-        dl_iterate_phdr(find_bss, &s);
 
     /* One thread, and no signal handler can run: nothing writes a page
      * between its check and its madvise. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    for (int i = 0; i < s.n; i++)
-        dropped += fa_zero_pages_drop(s.lo[i], s.hi[i], (size_t)page);
-    uintptr_t brk_end = (uintptr_t)sbrk(0);
-    if (start_brk && brk_end != (uintptr_t)-1 && brk_end > start_brk) {
-        uintptr_t lo = (start_brk + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
-        uintptr_t hi = brk_end & ~(uintptr_t)(page - 1);
-        if (hi > lo)
-            dropped += fa_zero_pages_drop(lo, hi, (size_t)page);
+    fa_mapping maps[MAX_MAPPINGS];
+    int n = anonymous_mappings(maps, MAX_MAPPINGS);
+    struct bss_search s = {.addr = (uintptr_t)in_object, .page = (size_t)page};
+    if (in_object && n > 0)
+        dl_iterate_phdr(find_bss, &s);
+    /* Only what lies inside a private anonymous mapping is touched: the BSS
+     * parts of the object and the brk heap. */
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < s.n; j++) {
+            uintptr_t lo = s.lo[j] > maps[i].lo ? s.lo[j] : maps[i].lo;
+            uintptr_t hi = s.hi[j] < maps[i].hi ? s.hi[j] : maps[i].hi;
+            if (hi > lo)
+                dropped += fa_zero_pages_drop(lo, hi, (size_t)page);
+        }
+        if (maps[i].heap) {
+            uintptr_t hi = maps[i].hi - maps[i].lo > HEAP_SCAN_MAX ? maps[i].lo + HEAP_SCAN_MAX : maps[i].hi;
+            dropped += fa_zero_pages_drop(maps[i].lo, hi, (size_t)page);
+        }
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 out:

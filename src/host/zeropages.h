@@ -20,13 +20,23 @@
  * writes during the call.  Unmapped parts are skipped. */
 size_t fa_zero_pages_drop(uintptr_t lo, uintptr_t hi, size_t page);
 
-/* From the text of /proc/self/stat: the number of threads and where the
- * brk heap starts.  False if the text is not that file's. */
-bool fa_zero_pages_parse_stat(const char *stat, long *threads, uintptr_t *start_brk);
+/* From the text of /proc/self/stat: the number of threads.  False if the
+ * text is not that file's. */
+bool fa_zero_pages_parse_stat(const char *stat, long *threads);
+
+/* One line of /proc/self/maps: its range, whether it is private, readable,
+ * writable and anonymous (no file), and whether it is the brk heap.  False
+ * if the line is not one. */
+typedef struct fa_mapping {
+    uintptr_t lo, hi;
+    bool anonymous, heap;
+} fa_mapping;
+bool fa_zero_pages_parse_maps_line(const char *line, fa_mapping *m);
 
 /* At start: the zero pages of the BSS of the object that holds `in_object`
- * (tcmalloc) and of the brk heap, while the process has one thread and
- * with every signal blocked.  Returns the bytes given back; 0 when the
+ * (tcmalloc) and of the brk heap (its first 32 MiB), while the process has
+ * one thread and with every signal blocked; only where /proc/self/maps
+ * shows private anonymous memory.  Returns the bytes given back; 0 when the
  * process already has more threads or /proc is not mounted. */
 size_t fa_zero_pages_at_start(const void *in_object);
 

@@ -205,20 +205,25 @@ def zero_resident_kib(pid):
 def case_start_pages():
     """The pages tcmalloc clears at start (about 3 MB) and leaves holding only
     zeros are given back: a C tool and Python hold megabytes fewer of them than
-    under tcmalloc alone, and run the same."""
+    under tcmalloc alone, and still answer and exit normally."""
     tc = system_lib("libtcmalloc_minimal.so.4")
     check(tc, "libtcmalloc_minimal.so.4 not found")
-    programs = (["/bin/sleep", "30"], [ARGS.python, "-c", "import time; print('ready', flush=True); time.sleep(30)"])
+    # Each program answers a line once it runs (past every constructor),
+    # then waits on its stdin.
+    programs = (["/bin/cat"], [ARGS.python, "-c", "import sys; print(sys.stdin.readline(), end='', flush=True); "
+                                                   "sys.stdin.read()"])
     for cmd in programs:
         held = {}
         for preload in (tc, ARGS.lib):
-            p = subprocess.Popen(cmd, env=base_env(LD_PRELOAD=preload), stdout=subprocess.PIPE, text=True)
+            p = subprocess.Popen(cmd, env=base_env(LD_PRELOAD=preload), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
             try:
-                if cmd[0] == ARGS.python:
-                    check(p.stdout.readline() == "ready\n", f"{cmd} under {preload} did not start")
-                else:
-                    time.sleep(0.5)
+                p.stdin.write("ready\n")
+                p.stdin.flush()
+                check(p.stdout.readline() == "ready\n", f"{cmd} under {preload} did not answer")
                 held[preload] = zero_resident_kib(p.pid)
+                p.stdin.close()
+                check(p.wait(timeout=60) == 0, f"{cmd} under {preload} exited {p.returncode}")
             finally:
                 p.kill()
                 p.wait()
