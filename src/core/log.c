@@ -15,18 +15,38 @@
  * up: the dump must not hold the process at exit. */
 #define STALL_MS 1000
 
+void fa_sigpipe_block(fa_sigpipe_guard *g)
+{
+    sigset_t pipe_only, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    g->masked = pthread_sigmask(SIG_BLOCK, &pipe_only, &g->old) == 0;
+    g->was_pending = !g->masked || (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE));
+}
+
+void fa_sigpipe_restore(fa_sigpipe_guard *g, bool raised)
+{
+    if (!g->masked)
+        return;
+    if (raised && !g->was_pending) {
+        sigset_t pipe_only;
+        sigemptyset(&pipe_only);
+        sigaddset(&pipe_only, SIGPIPE);
+        static const struct timespec now = {0, 0};
+        while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
 /* SIGPIPE is blocked while writing: a reader that went away makes the
  * write fail with EPIPE instead of killing a program that never wrote
- * there itself.  A SIGPIPE our write raised is taken back; one that was
- * pending before stays pending. */
+ * there itself. */
 int fa_write_all(int fd, const char *buf, size_t len)
 {
     int saved = errno, err = 0;
-    sigset_t pipe_only, old, pending;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    bool masked = pthread_sigmask(SIG_BLOCK, &pipe_only, &old) == 0;
-    bool was_pending = !masked || (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE));
+    fa_sigpipe_guard guard;
+    fa_sigpipe_block(&guard);
     while (len) {
         ssize_t n = write(fd, buf, len);
         if (n < 0 && errno == EINTR)
@@ -46,14 +66,7 @@ int fa_write_all(int fd, const char *buf, size_t len)
         buf += n;
         len -= (size_t)n;
     }
-    if (masked) {
-        if (err == EPIPE && !was_pending) {
-            static const struct timespec now = {0, 0};
-            while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR)
-                ;
-        }
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-    }
+    fa_sigpipe_restore(&guard, err == EPIPE);
     errno = saved;
     return err;
 }

@@ -3,6 +3,9 @@
 #ifndef FA_LOG_H
 #define FA_LOG_H
 
+#include <signal.h>
+#include <stdbool.h>
+
 #include "options.h"
 
 /* Print "forgealloc: <message>\n" to stderr when `level` is enabled by
@@ -16,6 +19,17 @@ bool fa_log_enabled(enum fa_log_level level);
  * bytes) instead of on the stack: for a signal handler, whose buffers are
  * static. */
 void fa_log_into(char *storage, enum fa_log_level level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* SIGPIPE blocked around a write to a descriptor the program may have
+ * left without a reader: the write fails with EPIPE instead.  Restoring
+ * takes back a SIGPIPE that write raised (`raised`: it failed with EPIPE);
+ * one that was pending before stays pending. */
+typedef struct fa_sigpipe_guard {
+    sigset_t old;
+    bool masked, was_pending;
+} fa_sigpipe_guard;
+void fa_sigpipe_block(fa_sigpipe_guard *g);
+void fa_sigpipe_restore(fa_sigpipe_guard *g, bool raised);
+
 /* Write all of buf to fd, retrying on EINTR and short writes.  Returns 0
  * or the errno value of the failure; errno itself is left unchanged. */
 int fa_write_all(int fd, const char *buf, size_t len);

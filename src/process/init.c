@@ -47,6 +47,7 @@ static void fork_child(void)
 __attribute__((constructor)) static void fa_start(void)
 {
     fa_stderr_note();
+    fa_report_start();
     fa_host_start();
     fa_host_served_check();
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -9,10 +9,12 @@
 #include "report.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../core/log.h"
@@ -98,16 +100,38 @@ static uint64_t start_unix_ms(const fa_snapshot *s)
 
 static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
 
+/* stdout as the library found it: glibc's own stream object, which lives as
+ * long as the process.  A program may point stdout elsewhere (or at NULL)
+ * and free what it pointed at; glibc's exit flush never reads stdout. */
+static FILE *start_stdout;
+
+void fa_report_start(void) { start_stdout = stdout; }
+
 /* exit() flushes stdio only after the last destructor, so an exit dump on a
  * stderr that shares a file with stdout (2>&1) would land ahead of the
- * program's last buffered lines.  Flushed first, unless another thread holds
- * the stream. */
+ * program's last buffered lines.  Then, and only then, stdout is flushed
+ * first: glibc's own stdout, if no other thread holds it, and if its reader
+ * is still there (a failed flush drops the buffer, so exit would no longer
+ * raise the SIGPIPE it raises without forgealloc). */
 static void flush_stdout(void)
 {
-    if (ftrylockfile(stdout) != 0)
+    FILE *f = stdout;
+    if (!f || f != start_stdout || ftrylockfile(f) != 0)
         return;
-    fflush_unlocked(stdout);
-    funlockfile(stdout);
+    int saved = errno;
+    int fd = fileno_unlocked(f);
+    struct stat out, err;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    if (fd >= 0 && fstat(fd, &out) == 0 && fstat(2, &err) == 0 && out.st_dev == err.st_dev &&
+        out.st_ino == err.st_ino && poll(&p, 1, 0) >= 0 && !(p.revents & (POLLERR | POLLHUP | POLLNVAL))) {
+        fa_sigpipe_guard guard;
+        fa_sigpipe_block(&guard);
+        errno = 0;
+        bool failed = fflush_unlocked(f) == EOF;
+        fa_sigpipe_restore(&guard, failed && errno == EPIPE); /* the reader left just now */
+    }
+    funlockfile(f);
+    errno = saved;
 }
 
 bool fa_report_signal_enter(void)
@@ -130,6 +154,14 @@ void fa_report_configured(const char *reason, bool in_signal)
     enum fa_stats_format fmt = (enum fa_stats_format)fa_opt_u64(FA_OPT_STATS);
     if (fmt == FA_STATS_OFF)
         return;
+    /* The launcher's own command reports on stderr at exit, its children
+     * to files (FORGEALLOC_STATS_MAIN_PID).  Privileged (setuid/setgid) processes
+     * take no file paths from the environment: stderr too. */
+    const char *tmpl = fa_opt(FA_OPT_STATS_FILE)->s;
+    bool main_exit = (uint64_t)getpid() == fa_opt_u64(FA_OPT_STATS_MAIN_PID) && strcmp(reason, "interval") != 0;
+    bool to_stderr = !tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode();
+    if (to_stderr && !in_signal && strcmp(reason, "exit") == 0)
+        flush_stdout(); /* before taking the buffers: it may block on a full pipe */
     char *buf = out_buf;
     fa_snapshot *s = &snap_main;
     fa_file_scratch *file = &file_main;
@@ -146,14 +178,7 @@ void fa_report_configured(const char *reason, bool in_signal)
     fa_buf b;
     fa_buf_init(&b, buf, OUT_CAP);
     fa_render(&b, s, fmt);
-    const char *tmpl = fa_opt(FA_OPT_STATS_FILE)->s;
-    /* The launcher's own command reports on stderr at exit, its children
-     * to files (FORGEALLOC_STATS_MAIN_PID).  Privileged (setuid/setgid) processes
-     * take no file paths from the environment: stderr too. */
-    bool main_exit = (uint64_t)s->pid == fa_opt_u64(FA_OPT_STATS_MAIN_PID) && strcmp(reason, "interval") != 0;
-    if (!tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode()) {
-        if (!in_signal && strcmp(reason, "exit") == 0)
-            flush_stdout();
+    if (to_stderr) {
         fa_write_stderr(b.p, b.len);
     } else {
         int err = ENAMETOOLONG;

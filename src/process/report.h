@@ -17,6 +17,9 @@ int fa_report_fd(int fd, enum fa_stats_format fmt, const char *reason);
 void fa_report_malloc_stats(void);
 /* JSON into buf; returns the full length (see forgealloc_stats_json). */
 size_t fa_report_json(char *buf, size_t len, const char *reason);
+/* At library start: note the process's stdout (the exit dump flushes it
+ * first). */
+void fa_report_start(void);
 /* The configured dump; nothing when FORGEALLOC_STATS=off.  `in_signal`
  * selects buffers a handler may use while a normal dump is under way; the
  * caller holds them (fa_report_signal_enter). */

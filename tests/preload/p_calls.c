@@ -4,7 +4,12 @@
  *
  *   p_calls calls N      N of each allocating function, each freed
  *   p_calls threads N    4 threads x N/4 malloc+free
- *   p_calls fork A B     A malloc+free, fork, the child B malloc+free */
+ *   p_calls fork A B     A malloc+free, fork, the child B malloc+free
+ *   p_calls print TEXT   TEXT left in stdout's buffer for exit to flush
+ *   p_calls print-null TEXT   the same, then an atexit handler closes
+ *                        stdout and sets it to NULL
+ *   p_calls print-swap TEXT   TEXT to the real stdout, then stdout pointed
+ *                        at a stream that is closed and its memory reused */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -55,6 +60,12 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static void close_stdout(void)
+{
+    fclose(stdout);
+    stdout = NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "calls") == 0) {
@@ -80,8 +91,22 @@ int main(int argc, char **argv)
         return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
     } else if (argc >= 3 && strcmp(argv[1], "print") == 0) {
         printf("%s\n", argv[2]); /* left in stdout's buffer for exit to flush */
+    } else if (argc >= 3 && strcmp(argv[1], "print-null") == 0) {
+        printf("%s\n", argv[2]);
+        atexit(close_stdout);
+    } else if (argc >= 3 && strcmp(argv[1], "print-swap") == 0) {
+        printf("%s\n", argv[2]);
+        fflush(stdout);
+        FILE *other = fopen("/dev/null", "w");
+        if (!other)
+            return 1;
+        stdout = other;
+        printf("to /dev/null\n");
+        fclose(other);
+        for (int i = 0; i < 64; i++) /* the freed FILE's memory, taken again and scribbled on */
+            memset(malloc(sizeof(FILE)), 0xa5, sizeof(FILE));
     } else {
-        fprintf(stderr, "usage: p_calls calls N | threads N | fork A B | print TEXT\n");
+        fprintf(stderr, "usage: p_calls calls N | threads N | fork A B | print[-null|-swap] TEXT\n");
         return 2;
     }
     return 0;

@@ -1089,15 +1089,43 @@ def case_exit_paths():
                 check(dumps(d) and list(dumps(d).values())[0]["reason"] == "exit", f"{how}: reason")
     # With 2>&1 into a file, the dump comes after the program's last lines,
     # which exit() would flush only after every destructor.
-    with tempfile.TemporaryFile("w+") as out:
-        env = base_env(FORGEALLOC_STATS="text", LD_PRELOAD=ARGS.lib)
-        r = subprocess.run([prog("p_calls"), "print", "the program's last line"], env=env, stdout=out,
-                           stderr=subprocess.STDOUT, timeout=60)
-        out.seek(0)
-        lines = out.read().splitlines()
-    check(r.returncode == 0, f"p_calls print exited {r.returncode}")
-    check(lines and lines[0] == "the program's last line" and lines[1].startswith("forgealloc "),
+    def combined(mode):
+        with tempfile.TemporaryFile("w+") as out:
+            env = base_env(FORGEALLOC_STATS="text", LD_PRELOAD=ARGS.lib)
+            r = subprocess.run([prog("p_calls"), mode, "the program's last line"], env=env, stdout=out,
+                               stderr=subprocess.STDOUT, timeout=60)
+            out.seek(0)
+            return r.returncode, out.read().splitlines()
+
+    status, lines = combined("print")
+    check(status == 0, f"p_calls print exited {status}")
+    check(len(lines) > 1 and lines[0] == "the program's last line" and lines[1].startswith("forgealloc "),
           f"2>&1 into a file: the dump did not follow the program's output: {lines[:3]}")
+    # A program that closed stdout and set it to NULL at exit, or pointed it
+    # at a stream it closed (its memory reused): the dump is written as
+    # usual, and nothing reads the stale stream.
+    for mode in ("print-null", "print-swap"):
+        status, lines = combined(mode)
+        check(status == 0, f"p_calls {mode} exited {status}: {lines[:3]}")
+        check(lines[:1] == ["the program's last line"] and any(x.startswith("forgealloc ") for x in lines),
+              f"p_calls {mode}: {lines[:3]}")
+    # stdout a pipe nobody reads (alone, and with stderr on it too): the
+    # program dies of SIGPIPE at exit as it does without the shim, and only
+    # after its dump where that goes elsewhere.
+    for shared in (False, True):
+        statuses = []
+        for preload in (False, True):
+            read_end, write_end = os.pipe()
+            os.close(read_end)
+            env = base_env(FORGEALLOC_STATS="text", **({"LD_PRELOAD": ARGS.lib} if preload else {}))
+            r = subprocess.run([prog("p_calls"), "print", "nobody reads this"], env=env, stdout=write_end,
+                               stderr=write_end if shared else subprocess.PIPE, text=True, timeout=60)
+            os.close(write_end)
+            statuses.append(r.returncode)
+            if preload and not shared:
+                check(r.stderr.startswith("forgealloc "), f"stdout without a reader: no dump: {r.stderr[:200]!r}")
+        check(statuses[0] == statuses[1] == -signal.SIGPIPE, f"stdout without a reader (stderr too: {shared}): "
+              f"status {statuses[1]} under the shim, {statuses[0]} without it")
 
 
 def case_interval():
