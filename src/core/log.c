@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,6 +127,48 @@ long fa_read_file(const char *path, char *buf, size_t cap)
     buf[n > 0 ? n : 0] = '\0';
     errno = saved;
     return (long)n;
+}
+
+bool fa_read_lines(const char *path, bool (*fn)(char *line, void *arg), void *arg)
+{
+    int saved = errno;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        errno = saved;
+        return false;
+    }
+    char buf[4096];
+    size_t have = 0;
+    bool skipping = false, more = true; /* skipping: inside a line longer than buf */
+    while (more) {
+        ssize_t got = read(fd, buf + have, sizeof buf - 1 - have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        bool eof = got <= 0;
+        if (!eof)
+            have += (size_t)got;
+        buf[have] = '\0';
+        char *line = buf, *nl;
+        while (more && ((nl = strchr(line, '\n')) || (eof && *line))) {
+            if (nl)
+                *nl = '\0';
+            if (!skipping)
+                more = fn(line, arg);
+            skipping = false;
+            line = nl ? nl + 1 : buf + have;
+        }
+        if (eof)
+            break;
+        have = (size_t)(buf + have - line);
+        if (have == sizeof buf - 1) { /* no newline in a full buffer */
+            skipping = true;
+            have = 0;
+        }
+        memmove(buf, line, have);
+    }
+    close(fd);
+    errno = saved;
+    return true;
 }
 
 bool fa_log_enabled(enum fa_log_level level) { return (uint64_t)level <= fa_opt_u64(FA_OPT_LOG); }

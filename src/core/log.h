@@ -44,6 +44,12 @@ void fa_stderr_note(void);
  * terminated.  Returns the length, or -1.  No stdio: signal-safe. */
 long fa_read_file(const char *path, char *buf, size_t cap);
 
+/* Call fn(line, arg) for each line of a small file (procfs), read through a
+ * stack buffer: no stdio, no malloc.  The newline is cut off; a line longer
+ * than 4 KiB is skipped whole; a last line without a newline counts.  fn
+ * returns false to stop.  False if the file cannot be opened. */
+bool fa_read_lines(const char *path, bool (*fn)(char *line, void *arg), void *arg);
+
 #define fa_error(...) fa_log(FA_LOG_ERROR, __VA_ARGS__)
 #define fa_warn(...) fa_log(FA_LOG_WARN, __VA_ARGS__)
 #define fa_info(...) fa_log(FA_LOG_INFO, __VA_ARGS__)

@@ -164,65 +164,41 @@ bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *line, char *out
     return true;
 }
 
+struct cgroup_search {
+    const char *proc_cgroup; /* the text of /proc/self/cgroup */
+};
+
+/* One mountinfo line: a hierarchy holding our memory cgroup whose limit
+ * file exists is taken; a v2 one ends the search. */
+static bool try_mount(char *line, void *arg)
+{
+    const struct cgroup_search *c = arg;
+    char cand[DIR_MAX];
+    bool v1;
+    size_t ml;
+    if (!fa_pressure_cgroup_dir(c->proc_cgroup, line, cand, sizeof cand, &v1, &ml))
+        return true;
+    char probe[DIR_MAX + 32], tmp[8];
+    size_t cl = strlen(cand);
+    memcpy(probe, cand, cl);
+    strcpy(probe + cl, v1 ? "/memory.limit_in_bytes" : "/memory.max");
+    if (fa_read_file(probe, tmp, sizeof tmp) <= 0)
+        return true;
+    memcpy(dir, cand, cl + 1);
+    is_v1 = v1;
+    mount_len = ml;
+    state = 1;
+    return v1; /* keep looking for a v2 mount after a v1 one */
+}
+
 /* Find our memory cgroup: the v2 hierarchy wins over v1 when the memory
  * controller is enabled there (memory.max exists). */
 static void find_cgroup(void)
 {
     char cg[2048];
-    if (fa_read_file("/proc/self/cgroup", cg, sizeof cg) <= 0) {
-        state = 2;
-        return;
-    }
-    int saved = errno;
-    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        errno = saved;
-        state = 2;
-        return;
-    }
-    /* Lines one at a time through a stack buffer; overlong lines skipped. */
-    char buf[4096], cand[DIR_MAX];
-    size_t have = 0;
-    bool found = false, eof = false;
-    while (!found && !(eof && have == 0)) {
-        if (!eof) {
-            ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                eof = true;
-            else
-                have += (size_t)n;
-        }
-        buf[have] = '\0';
-        char *nl = strchr(buf, '\n');
-        if (!nl && !eof && have < sizeof buf - 1)
-            continue;
-        size_t linelen = nl ? (size_t)(nl - buf) + 1 : have;
-        if (nl)
-            *nl = '\0';
-        bool v1;
-        size_t ml;
-        if (nl || eof) {
-            if (fa_pressure_cgroup_dir(cg, buf, cand, sizeof cand, &v1, &ml)) {
-                char probe[DIR_MAX + 32], tmp[8];
-                size_t cl = strlen(cand);
-                memcpy(probe, cand, cl);
-                strcpy(probe + cl, v1 ? "/memory.limit_in_bytes" : "/memory.max");
-                if (fa_read_file(probe, tmp, sizeof tmp) > 0) {
-                    memcpy(dir, cand, cl + 1);
-                    is_v1 = v1;
-                    mount_len = ml;
-                    found = !v1; /* keep looking for a v2 mount after a v1 one */
-                    state = 1;
-                }
-            }
-        }
-        memmove(buf, buf + linelen, have - linelen);
-        have -= linelen;
-    }
-    close(fd);
-    errno = saved;
+    struct cgroup_search c = {.proc_cgroup = cg};
+    if (fa_read_file("/proc/self/cgroup", cg, sizeof cg) > 0)
+        fa_read_lines("/proc/self/mountinfo", try_mount, &c);
     if (state != 1)
         state = 2;
 }

@@ -4,7 +4,6 @@
 #include "zeropages.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <string.h>
@@ -134,44 +133,18 @@ bool fa_zero_pages_parse_maps_line(const char *line, fa_mapping *m)
     return true;
 }
 
-/* The process's private, writable anonymous mappings (at most cap), in
- * address order, from /proc/self/maps read in pieces on the stack.  -1 if
- * the file cannot be read. */
-static int anonymous_mappings(fa_mapping *out, int cap)
+struct mapping_list {
+    fa_mapping *m;
+    int n, cap;
+};
+
+static bool collect_anonymous(char *line, void *arg)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    char buf[4096];
-    size_t have = 0;
-    int n = 0;
-    bool skipping = false; /* inside a line longer than buf */
-    for (;;) {
-        ssize_t got = read(fd, buf + have, sizeof buf - 1 - have);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            break;
-        have += (size_t)got;
-        buf[have] = '\0';
-        char *line = buf, *nl;
-        while ((nl = strchr(line, '\n'))) {
-            *nl = '\0';
-            fa_mapping m;
-            if (!skipping && n < cap && fa_zero_pages_parse_maps_line(line, &m) && m.anonymous)
-                out[n++] = m;
-            skipping = false;
-            line = nl + 1;
-        }
-        have = (size_t)(buf + have - line);
-        if (have == sizeof buf - 1) { /* a line that does not fit: a long path, never an anonymous mapping */
-            skipping = true;
-            have = 0;
-        }
-        memmove(buf, line, have);
-    }
-    close(fd);
-    return n;
+    struct mapping_list *l = arg;
+    fa_mapping m;
+    if (fa_zero_pages_parse_maps_line(line, &m) && m.anonymous)
+        l->m[l->n++] = m;
+    return l->n < l->cap;
 }
 
 struct bss_search {
@@ -233,7 +206,9 @@ size_t fa_zero_pages_at_start(const void *in_object)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     fa_mapping maps[MAX_MAPPINGS];
-    int n = anonymous_mappings(maps, MAX_MAPPINGS);
+    struct mapping_list list = {.m = maps, .cap = MAX_MAPPINGS};
+    fa_read_lines("/proc/self/maps", collect_anonymous, &list);
+    int n = list.n;
     struct bss_search s = {.addr = (uintptr_t)in_object, .page = (size_t)page};
     if (in_object && n > 0)
         dl_iterate_phdr(find_bss, &s);

@@ -1,12 +1,14 @@
 /* test_zeropages.c - giving back pages that hold only zeros (zeropages.c):
  * which pages go, that what stays is intact, holes in the range, and the
- * start-up pass over a BSS and the brk heap. */
+ * start-up pass over a BSS and the brk heap, and the line reader it reads
+ * /proc/self/maps with. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -161,6 +163,55 @@ static void test_parse_maps(void **state)
     assert_false(fa_zero_pages_parse_maps_line("1000-2000 rw-p", &m));
 }
 
+struct lines {
+    char seen[8][16];
+    int n, stop_after;
+};
+
+static bool note_line(char *line, void *arg)
+{
+    struct lines *l = arg;
+    if (l->n < 8)
+        snprintf(l->seen[l->n], sizeof l->seen[0], "%.15s", line);
+    l->n++;
+    return l->n != l->stop_after;
+}
+
+/* The line reader behind the maps scan (log.c): lines without their
+ * newline, empty ones too, a line longer than its buffer skipped whole (no
+ * fragment of it seen), a last line without a newline, stopping early. */
+static void test_read_lines(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/fa-lines-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    char text[12000];
+    size_t len = 0;
+    len += (size_t)sprintf(text + len, "first\n\n");
+    memset(text + len, 'x', 9000);
+    len += 9000;
+    len += (size_t)sprintf(text + len, "tail\nafter\nlast");
+    assert_int_equal(write(fd, text, len), (ssize_t)len);
+    close(fd);
+
+    struct lines l = {0};
+    assert_true(fa_read_lines(path, note_line, &l));
+    assert_int_equal(l.n, 4);
+    assert_string_equal(l.seen[0], "first");
+    assert_string_equal(l.seen[1], "");
+    assert_string_equal(l.seen[2], "after");
+    assert_string_equal(l.seen[3], "last");
+
+    struct lines early = {.stop_after = 2};
+    assert_true(fa_read_lines(path, note_line, &early));
+    assert_int_equal(early.n, 2);
+    unlink(path);
+    struct lines none = {0};
+    assert_false(fa_read_lines(path, note_line, &none));
+    assert_int_equal(none.n, 0);
+}
+
 static long thread_count(void)
 {
     char text[1024];
@@ -268,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_holes_skipped),
         cmocka_unit_test(test_parse_stat),
         cmocka_unit_test(test_parse_maps),
+        cmocka_unit_test(test_read_lines),
         cmocka_unit_test(test_start_pass),
         cmocka_unit_test(test_start_pass_skips_file_pages),
         cmocka_unit_test(test_start_pass_needs_one_thread),
