@@ -601,6 +601,15 @@ void fa_host_start(void)
         fa_tc_release_rate = rate;
     else
         fa_info("this tcmalloc does not export its release-rate flag; FORGEALLOC_RELEASE_RATE has no effect");
+}
+
+void fa_host_start_pages(void)
+{
+    /* Only when tcmalloc serves the process from its start: loaded later
+     * (dlopen), the heap is another allocator's and the process may have
+     * writers a thread count does not show. */
+    if (fa_host_malloc_server() == FA_SERVER_OTHER)
+        return;
     size_t zero = fa_zero_pages_at_start((const void *)tc_malloc);
     fa_debug("%zu KiB of pages tcmalloc cleared at start and holds only zeros given back", zero >> 10);
 }

@@ -52,9 +52,11 @@ size_t fa_host_release_all(void);
 void fa_host_fill(struct fa_snapshot *s);
 
 /* At library start, after tcmalloc's own initialisers: apply the settings
- * tcmalloc reads only at load (the release rate) and give back the pages
- * its start cleared and left holding only zeros (zeropages.h). */
+ * tcmalloc reads only at load (the release rate). */
 void fa_host_start(void);
+/* Then, once it is known who serves malloc (served.h): give back the pages
+ * tcmalloc's start cleared and left holding only zeros (zeropages.h). */
+void fa_host_start_pages(void);
 /* After fork, in the child. */
 void fa_host_fork_child(void);
 

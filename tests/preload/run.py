@@ -232,6 +232,24 @@ def case_start_pages():
         check(held[tc] >= 2048, f"{cmd}: tcmalloc alone holds only {held[tc]} KiB of zero pages: nothing to show")
         check(held[ARGS.lib] <= held[tc] - 2048, f"{cmd}: {held[ARGS.lib]} KiB of zero pages held, "
               f"{held[tc]} under tcmalloc alone: its start pages were not given back")
+    # Loaded late (dlopen), the library serves nothing and leaves memory
+    # alone: tcmalloc's cleared root (1 MB of its BSS) stays resident.
+    code = (f"import ctypes, sys; ctypes.CDLL({ARGS.lib!r}); print(sys.stdin.readline(), end='', flush=True); "
+            "sys.stdin.read()")
+    p = subprocess.Popen([ARGS.python, "-c", code], env=base_env(FORGEALLOC_LOG="error"), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write("ready\n")
+        p.stdin.flush()
+        check(p.stdout.readline() == "ready\n", "python with the library loaded by dlopen did not answer")
+        late = zero_resident_kib(p.pid)
+        p.stdin.close()
+        check(p.wait(timeout=60) == 0, f"python with the library loaded by dlopen exited {p.returncode}")
+    finally:
+        p.kill()
+        p.wait()
+    print(f"loaded by dlopen: resident zero pages {late} KiB")
+    check(late >= 1024, f"loaded by dlopen, the library still gave back zero pages ({late} KiB left)")
 
 
 def case_release_burst():
