@@ -276,6 +276,19 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
+/* A delay in milliseconds (0..60000) from the environment into *out. */
+static void env_ms(const char *name, unsigned *out)
+{
+    const char *e = getenv(name);
+    size_t ms;
+    if (!e)
+        return;
+    if (parse_size(e, &ms) == 0 && ms <= 60000 && strspn(e, "0123456789") == strlen(e))
+        *out = (unsigned)ms;
+    else
+        say("fakecuda: ignoring %s=%s (want 0..60000)", name, e);
+}
+
 static void init_locked(void)
 {
     if (g.ready)
@@ -300,20 +313,8 @@ static void init_locked(void)
         else if (strcmp(e, "1") != 0)
             say("fakecuda: ignoring FAKECUDA_VMM=%s (want 1, 0 or noentry)", e);
     }
-    if ((e = getenv("FAKECUDA_DELAY_MS"))) {
-        size_t ms;
-        if (parse_size(e, &ms) == 0 && ms <= 60000 && strspn(e, "0123456789") == strlen(e))
-            g.delay_ms = (unsigned)ms;
-        else
-            say("fakecuda: ignoring FAKECUDA_DELAY_MS=%s (want 0..60000)", e);
-    }
-    if ((e = getenv("FAKECUDA_SYNC_DELAY_MS"))) {
-        size_t ms;
-        if (parse_size(e, &ms) == 0 && ms <= 60000 && strspn(e, "0123456789") == strlen(e))
-            g.sync_delay_ms = (unsigned)ms;
-        else
-            say("fakecuda: ignoring FAKECUDA_SYNC_DELAY_MS=%s (want 0..60000)", e);
-    }
+    env_ms("FAKECUDA_DELAY_MS", &g.delay_ms);
+    env_ms("FAKECUDA_SYNC_DELAY_MS", &g.sync_delay_ms);
     size_t mem = FC_DEFAULT_MEM;
     if ((e = getenv("FAKECUDA_MEM")) && parse_size(e, &mem) != 0) {
         say("fakecuda: ignoring FAKECUDA_MEM=%s (want bytes, or a number with K, M, G or T)", e);
