@@ -3,10 +3,10 @@
  * Fast path of every allocating call: count into the thread's record,
  * compare the size with one threshold (`slow_size`, covering large-
  * allocation reports, the release policy and, while it is still 0,
- * first-use initialisation), then tail-call tcmalloc.  Nothing is kept
- * across the tcmalloc call, so the shim adds no stack frame to it.  Only
- * tc_* functions are called, never malloc, so it does not matter which
- * definition wins symbol lookup.
+ * first-use initialisation ahead of tcmalloc's start), then tail-call
+ * tcmalloc.  Nothing is kept across the tcmalloc call, so the shim adds no
+ * stack frame to it.  Only tc_* functions are called, never malloc, so it
+ * does not matter which definition wins symbol lookup.
  *
  * Compiled with -fexceptions: std::bad_alloc thrown by tc_new passes
  * through these frames to the caller of operator new. */
@@ -33,6 +33,7 @@
 #include "../stats/stats.h"
 #include "release.h"
 #include "served.h"
+#include "startfill.h"
 #include "tcprop.h"
 #include "zeropages.h"
 
@@ -81,6 +82,24 @@ static void host_init(void)
         s = (size_t)r;
     __atomic_store_n(&slow_size, s, __ATOMIC_RELEASE);
 }
+
+/* The process's first allocating call, ahead of tcmalloc's start: that
+ * start clears its page map through fa_start_fill (startfill.h) until the
+ * constructor (fa_host_start) puts tcmalloc's memset back. */
+static __attribute__((noinline)) void host_first_use(void)
+{
+    static bool fill_begun;
+    if (!__atomic_exchange_n(&fill_begun, true, __ATOMIC_ACQ_REL))
+        fa_start_fill_begin((const void *)tc_malloc);
+    host_init();
+}
+
+/* Before the first call into tcmalloc of every allocating path. */
+#define HOST_READY()                                   \
+    do {                                               \
+        if (__builtin_expect(slow_size == 0, 0))       \
+            host_first_use();                          \
+    } while (0)
 
 /* ---- large allocations -------------------------------------------------- */
 
@@ -141,13 +160,10 @@ static void report_large(size_t n, const char *fn, void *caller)
             size, n, fn, where, sup);
 }
 
-/* The rare end of an allocating call (n >= slow_size), out of line:
- * first-use initialisation, the report, the release policy, huge pages.
- * Returns p. */
+/* The rare end of an allocating call (n >= slow_size), out of line: the
+ * report, the release policy, huge pages.  Returns p. */
 static __attribute__((noinline)) void *large_done(void *p, size_t n, const char *fn, void *caller)
 {
-    if (__atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
-        host_init();
     if (p && report_size && n >= report_size)
         report_large(n, fn, caller);
     if (p && n >= FA_RELEASE_MIN)
@@ -246,6 +262,7 @@ static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, 
  * above slow_size, the cache refresh) is out of line. */
 static __attribute__((noinline)) void *malloc_slow(size_t n, void *caller)
 {
+    HOST_READY();
     if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_malloc, n)))
         tc_cache_refresh();
     return AFTER_ALLOC(tc_malloc(n), n, "malloc", caller);
@@ -269,6 +286,7 @@ void *fa_host_malloc(size_t n, void *caller)
 
 void *fa_host_calloc(size_t n, size_t size, void *caller)
 {
+    HOST_READY();
     size_t total;
     if (__builtin_mul_overflow(n, size, &total)) {
         fa_stats_alloc(FA_CALL_calloc, 0); /* counted, but nothing was requested */
@@ -289,6 +307,7 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
      * in place below the large size, p still holds its whole span in
      * tcmalloc (which answers its old size for it): it stays remembered at
      * its old size, and its free is the one that counts. */
+    HOST_READY();
     size_t old = maybe_large(p) ? fa_release_forget(p) : 0;
     void *q = tc_realloc(p, n);
     if (old) {
@@ -329,6 +348,7 @@ void fa_host_free(void *p)
 
 static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, void *caller)
 {
+    HOST_READY();
     fa_stats_alloc(c, n);
     void *p = tc_memalign(align, n);
     if (!p)
@@ -398,6 +418,7 @@ int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
     fa_stats_alloc(FA_CALL_posix_memalign, n);
     if (!power_of_two(align) || align % sizeof(void *) != 0)
         return EINVAL;
+    HOST_READY();
     int saved = errno;
     void *p = tc_memalign(align, n);
     errno = saved; /* posix_memalign reports through its result */
@@ -411,15 +432,13 @@ int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
 
 void *fa_host_valloc(size_t n, void *caller)
 {
-    if (slow_size == 0)
-        host_init();
+    HOST_READY();
     return aligned(FA_CALL_valloc, "valloc", page_size, n, caller);
 }
 
 void *fa_host_pvalloc(size_t n, void *caller)
 {
-    if (slow_size == 0)
-        host_init();
+    HOST_READY();
     size_t rounded;
     if (__builtin_add_overflow(n, page_size - 1, &rounded)) {
         fa_stats_alloc(FA_CALL_pvalloc, n);
@@ -451,6 +470,7 @@ static inline void *tc_new_any(size_t n, size_t align, bool nothrow)
 
 static __attribute__((noinline)) void *new_slow(size_t n, size_t align, bool nothrow, void *caller)
 {
+    HOST_READY();
     if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_new, n)))
         tc_cache_refresh();
     return AFTER_ALLOC(tc_new_any(n, align, nothrow), n, "operator new", caller);
@@ -593,6 +613,7 @@ void fa_host_fill(fa_snapshot *s)
 
 void fa_host_start(void)
 {
+    fa_start_fill_end(); /* tcmalloc has started: its own memset again */
     if (slow_size == 0)
         host_init();
     tc_cache_refresh(); /* a signal-time report has tcmalloc's numbers from the start */
@@ -610,6 +631,11 @@ void fa_host_start_pages(void)
      * writers a thread count does not show. */
     if (fa_host_malloc_server() == FA_SERVER_OTHER)
         return;
+    size_t left = fa_start_fill_left();
+    if (left) { /* tcmalloc's start never faulted them in: nothing to give back */
+        fa_debug("%zu KiB of pages tcmalloc cleared at start left untouched", left >> 10);
+        return;
+    }
     size_t zero = fa_zero_pages_at_start((const void *)tc_malloc);
     fa_debug("%zu KiB of pages tcmalloc cleared at start and holds only zeros given back", zero >> 10);
 }

@@ -51,11 +51,13 @@ size_t fa_host_release_all(void);
  * not called: its numbers come from the last copy taken outside signals. */
 void fa_host_fill(struct fa_snapshot *s);
 
-/* At library start, after tcmalloc's own initialisers: apply the settings
- * tcmalloc reads only at load (the release rate). */
+/* At library start, after tcmalloc's own initialisers: put tcmalloc's
+ * memset back (startfill.h) and apply the settings tcmalloc reads only at
+ * load (the release rate). */
 void fa_host_start(void);
-/* Then, once it is known who serves malloc (served.h): give back the pages
- * tcmalloc's start cleared and left holding only zeros (zeropages.h). */
+/* Then, once it is known who serves malloc (served.h): where tcmalloc's
+ * start did fault in the pages it cleared, give back those that hold only
+ * zeros (zeropages.h). */
 void fa_host_start_pages(void);
 /* After fork, in the child. */
 void fa_host_fork_child(void);

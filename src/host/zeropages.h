@@ -6,7 +6,10 @@
  * A private anonymous page that holds only zeros reads the same after
  * MADV_DONTNEED (the next touch maps a fresh zero page), so giving it back
  * changes nothing a program can see, provided nothing writes it between
- * the check and the madvise.  The caller guarantees that. */
+ * the check and the madvise.  The caller guarantees that.
+ *
+ * startfill.h keeps those pages from being faulted in at all; this is the
+ * fallback for a tcmalloc that started before the shim's first call. */
 #ifndef FA_ZEROPAGES_H
 #define FA_ZEROPAGES_H
 
