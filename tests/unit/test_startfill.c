@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "../../src/host/startfill.h"
+#include "testutil.h"
 
 void *gotcall_lazy(void *p, int c, size_t n);
 void *gotcall_now(void *p, int c, size_t n);
@@ -26,20 +27,6 @@ void *gotcall_noplt(void *p, int c, size_t n);
 #define PAGES 64
 
 static size_t page;
-
-static unsigned char *map_pages(size_t n)
-{
-    void *p = mmap(NULL, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(p != MAP_FAILED);
-    return p;
-}
-
-static bool resident(const void *p)
-{
-    unsigned char v = 0;
-    assert_int_equal(mincore((void *)p, page, &v), 0);
-    return v & 1;
-}
 
 static bool all(const unsigned char *p, size_t n, unsigned char v)
 {
@@ -55,7 +42,7 @@ static bool all(const unsigned char *p, size_t n, unsigned char v)
 static void test_fill_leaves_untouched_pages(void **state)
 {
     (void)state;
-    unsigned char *m = map_pages(PAGES);
+    unsigned char *m = fa_map_pages(PAGES);
     memset(m, 0xab, page);                          /* page 0: head, outside part kept */
     memset(m + (PAGES - 1) * page, 0xcd, page);     /* last page: tail */
     for (int i = 1; i < PAGES - 1; i++) {
@@ -80,7 +67,7 @@ static void test_fill_leaves_untouched_pages(void **state)
     size_t untouched = 0;
     for (int i = 1; i < PAGES - 1; i++) {
         if (i % 4 == 0 || i % 4 == 1)
-            assert_true(resident(m + i * page)); /* written, not given back */
+            assert_true(fa_page_resident(m + i * page)); /* written, not given back */
         else
             untouched++;
     }
@@ -95,7 +82,7 @@ static void test_fill_leaves_untouched_pages(void **state)
 static void test_fill_faults_nothing_in(void **state)
 {
     (void)state;
-    unsigned char *m = map_pages(PAGES);
+    unsigned char *m = fa_map_pages(PAGES);
     m[5 * page] = 1;
     fa_start_fill(m, 0, PAGES * page);
     unsigned char v[PAGES];
@@ -127,7 +114,7 @@ static void test_fill_writes_file_pages(void **state)
     assert_true(all(f, 16 * page, 0));
     munmap(f, 16 * page);
 
-    unsigned char *m = map_pages(PAGES);
+    unsigned char *m = fa_map_pages(PAGES);
     void *fixed = mmap(m + 16 * page, 16 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
     assert_ptr_equal(fixed, m + 16 * page);
     size_t before = fa_start_fill_left();
@@ -142,7 +129,7 @@ static void test_fill_writes_file_pages(void **state)
 static void test_fill_other_values_and_small(void **state)
 {
     (void)state;
-    unsigned char *m = map_pages(PAGES);
+    unsigned char *m = fa_map_pages(PAGES);
     size_t before = fa_start_fill_left();
     fa_start_fill(m, 0x11, PAGES * page);
     assert_true(all(m, PAGES * page, 0x11));
@@ -207,7 +194,7 @@ static void test_got_no_plt(void **state) { (void)state; swap_and_back(gotcall_n
 static void test_got_not_an_object(void **state)
 {
     (void)state;
-    unsigned char *m = map_pages(1);
+    unsigned char *m = fa_map_pages(1);
     fa_got_slot s;
     assert_false(fa_got_find(m, "memset", &s));
     munmap(m, page);

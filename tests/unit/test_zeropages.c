@@ -18,31 +18,18 @@
 
 #include "../../src/host/zeropages.h"
 #include "log.h"
+#include "testutil.h"
 
 #define PAGES 64
 
 static size_t page;
-
-static unsigned char *map_pages(size_t n)
-{
-    void *p = mmap(NULL, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(p != MAP_FAILED);
-    return p;
-}
-
-static bool resident(const void *p)
-{
-    unsigned char v = 0;
-    assert_int_equal(mincore((void *)p, page, &v), 0);
-    return v & 1;
-}
 
 /* Written zero pages go; pages with one nonzero byte (first or last),
  * pages never touched and pages with data stay, their contents intact. */
 static void test_only_zero_pages_go(void **state)
 {
     (void)state;
-    unsigned char *m = map_pages(PAGES);
+    unsigned char *m = fa_map_pages(PAGES);
     for (int i = 0; i < PAGES; i++) {
         switch (i % 8) {
         case 0: case 1: case 2: /* a run of three zero pages */
@@ -68,14 +55,14 @@ static void test_only_zero_pages_go(void **state)
      * several pages at once (multi-size THP); then it is a zero page too. */
     size_t untouched_resident = 0;
     for (int i = 5; i < PAGES; i += 8)
-        untouched_resident += resident(m + i * page);
+        untouched_resident += fa_page_resident(m + i * page);
     size_t dropped = fa_zero_pages_drop((uintptr_t)m, (uintptr_t)m + PAGES * page, page);
     assert_int_equal(dropped, ((PAGES / 8) * 4 + untouched_resident) * page);
     for (int i = 0; i < PAGES; i++) {
         unsigned char *p = m + i * page;
         int kind = i % 8;
         bool zero_page = kind <= 2 || kind == 5 || kind == 7;
-        assert_int_equal(resident(p), !zero_page);
+        assert_int_equal(fa_page_resident(p), !zero_page);
         for (size_t j = 0; j < page; j++) {
             unsigned char want = 0;
             if (kind == 3 && j == 0)
@@ -91,7 +78,7 @@ static void test_only_zero_pages_go(void **state)
     /* A dropped page is an ordinary page again. */
     m[5] = 7;
     assert_int_equal(m[5], 7);
-    assert_true(resident(m));
+    assert_true(fa_page_resident(m));
     munmap(m, PAGES * page);
 }
 
@@ -99,15 +86,15 @@ static void test_only_zero_pages_go(void **state)
 static void test_holes_skipped(void **state)
 {
     (void)state;
-    unsigned char *m = map_pages(PAGES);
+    unsigned char *m = fa_map_pages(PAGES);
     memset(m, 0, PAGES * page);
     memset(m + 10 * page, 1, page);
     assert_int_equal(munmap(m + 20 * page, page), 0);
     assert_int_equal(munmap(m + 40 * page, 8 * page), 0);
     size_t dropped = fa_zero_pages_drop((uintptr_t)m, (uintptr_t)m + PAGES * page, page);
     assert_int_equal(dropped, (PAGES - 1 - 1 - 8) * page);
-    assert_true(resident(m + 10 * page));
-    assert_false(resident(m + 63 * page));
+    assert_true(fa_page_resident(m + 10 * page));
+    assert_false(fa_page_resident(m + 63 * page));
     munmap(m, 20 * page);
     munmap(m + 21 * page, 19 * page);
     munmap(m + 48 * page, 16 * page);
@@ -241,12 +228,12 @@ static void test_start_pass(void **state)
     h[page] = 4;
     size_t dropped = fa_zero_pages_at_start(bss);
     assert_true(dropped >= (16 - 1 + 5) * page);
-    assert_false(resident(bss));
-    assert_false(resident(bss + 15 * page));
-    assert_true(resident(bss + 3 * page));
+    assert_false(fa_page_resident(bss));
+    assert_false(fa_page_resident(bss + 15 * page));
+    assert_true(fa_page_resident(bss + 3 * page));
     assert_int_equal(bss[3 * page], 9);
-    assert_false(resident(h + 2 * page));
-    assert_true(resident(h + page));
+    assert_false(fa_page_resident(h + 2 * page));
+    assert_true(fa_page_resident(h + page));
     assert_int_equal(h[page], 4);
     h[page] = 0;
     sbrk(-(intptr_t)(8 * page));
@@ -264,7 +251,7 @@ static void test_start_pass_skips_file_pages(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     unlink(path);
-    unsigned char *fill = map_pages(1);
+    unsigned char *fill = fa_map_pages(1);
     memset(fill, 0x5a, page);
     assert_int_equal(write(fd, fill, page), (ssize_t)page);
     munmap(fill, page);
@@ -281,7 +268,7 @@ static void test_start_pass_skips_file_pages(void **state)
     for (size_t j = 0; j < page; j++)
         if (f[j] != 0)
             fail_msg("byte %zu of the zeroed file page reads %#x after the pass", j, f[j]);
-    assert_false(resident(h + 3 * page)); /* the heap around it was still looked at */
+    assert_false(fa_page_resident(h + 3 * page)); /* the heap around it was still looked at */
     sbrk(-(intptr_t)(8 * page));
 }
 
@@ -305,7 +292,7 @@ static void test_start_pass_needs_one_thread(void **state)
     pthread_barrier_wait(&b);
     memset(bss, 0, sizeof bss);
     assert_int_equal(fa_zero_pages_at_start(bss), 0);
-    assert_true(resident(bss));
+    assert_true(fa_page_resident(bss));
     pthread_barrier_wait(&b);
     pthread_join(t, NULL);
     pthread_barrier_destroy(&b);

@@ -2,9 +2,11 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,3 +59,20 @@ bool fa_python_check(const char *code, const char *text)
 }
 
 bool fa_json_valid(const char *text) { return fa_python_check("import json,sys; json.load(sys.stdin)", text); }
+
+unsigned char *fa_map_pages(size_t n)
+{
+    void *p = mmap(NULL, n * (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        abort();
+    return p;
+}
+
+bool fa_page_resident(const void *p)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char v = 0;
+    if (mincore((void *)((uintptr_t)p & ~(uintptr_t)(page - 1)), page, &v) != 0)
+        abort();
+    return v & 1;
+}

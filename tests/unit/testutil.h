@@ -13,5 +13,9 @@ int fa_count_lines(const char *s);
 bool fa_json_valid(const char *text);
 /* Run python3 with `code` (reads the text on stdin); true on exit 0. */
 bool fa_python_check(const char *code, const char *text);
+/* n fresh pages of private anonymous memory; aborts if mmap fails. */
+unsigned char *fa_map_pages(size_t n);
+/* Whether the page that holds p is resident (mincore); aborts on error. */
+bool fa_page_resident(const void *p);
 
 #endif
