@@ -140,17 +140,6 @@ struct slot_search {
     bool found;
 };
 
-static bool holds(const struct dl_phdr_info *info, uintptr_t addr)
-{
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && addr >= start && addr < start + ph->p_memsz)
-            return true;
-    }
-    return false;
-}
-
 #ifdef FA_R_JUMP_SLOT
 /* The relocation of `type` in rel[0..size) that names `name`, if any. */
 static const ElfW(Rela) *find_reloc(const ElfW(Rela) *rel, size_t size, unsigned long type, const ElfW(Sym) *syms,
@@ -171,7 +160,7 @@ static int find_slot(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     struct slot_search *s = arg;
-    if (!holds(info, s->addr))
+    if (!fa_object_holds(info, s->addr))
         return 0;
 #ifdef FA_R_JUMP_SLOT
     uintptr_t base = info->dlpi_addr, relro_lo = 0, relro_hi = 0;

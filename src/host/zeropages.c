@@ -147,6 +147,17 @@ static bool collect_anonymous(char *line, void *arg)
     return l->n < l->cap;
 }
 
+bool fa_object_holds(const struct dl_phdr_info *info, uintptr_t addr)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && addr >= start && addr < start + ph->p_memsz)
+            return true;
+    }
+    return false;
+}
+
 struct bss_search {
     uintptr_t addr; /* an address inside the object */
     size_t page;
@@ -158,14 +169,7 @@ static int find_bss(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     struct bss_search *s = arg;
-    bool ours = false;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && s->addr >= start && s->addr < start + ph->p_memsz)
-            ours = true;
-    }
-    if (!ours)
+    if (!fa_object_holds(info, s->addr))
         return 0;
     for (int i = 0; i < info->dlpi_phnum && s->n < 4; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];

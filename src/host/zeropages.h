@@ -36,6 +36,11 @@ typedef struct fa_mapping {
 } fa_mapping;
 bool fa_zero_pages_parse_maps_line(const char *line, fa_mapping *m);
 
+/* Whether one of the loaded segments of the object dl_iterate_phdr
+ * describes holds addr. */
+struct dl_phdr_info;
+bool fa_object_holds(const struct dl_phdr_info *info, uintptr_t addr);
+
 /* At start: the zero pages of the BSS of the object that holds `in_object`
  * (tcmalloc) and of the brk heap (its first 32 MiB), while the process has
  * one thread and with every signal blocked; only where /proc/self/maps
