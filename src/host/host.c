@@ -21,6 +21,7 @@
 #include <gnu/libc-version.h>
 #include <malloc.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -65,6 +66,12 @@ static size_t slow_size;
 static size_t report_size; /* 0 = reports off */
 static size_t page_size = 4096;
 static struct timespec start_time;
+#ifndef CALLOC_SPARSE_MIN
+#define CALLOC_SPARSE_MIN ((size_t)4 << 20)
+#endif
+/* Large callocs clear only the pages that hold something: 0 when tcmalloc's
+ * heap may not be private anonymous memory (its hugetlbfs allocator). */
+static size_t calloc_sparse_min;
 
 static void host_init(void)
 {
@@ -75,6 +82,8 @@ static void host_init(void)
         page_size = (size_t)ps;
     if (start_time.tv_sec == 0)
         clock_gettime(CLOCK_MONOTONIC, &start_time);
+    const char *memfs = getenv("TCMALLOC_MEMFS_MALLOC_PATH");
+    calloc_sparse_min = memfs && *memfs ? 0 : CALLOC_SPARSE_MIN;
     uint64_t r = fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT);
     report_size = (size_t)r;
     size_t s = FA_RELEASE_MIN;
@@ -161,13 +170,22 @@ static void report_large(size_t n, const char *fn, void *caller)
 }
 
 /* The rare end of an allocating call (n >= slow_size), out of line: the
- * report, the release policy, huge pages.  Returns p. */
-static __attribute__((noinline)) void *large_done(void *p, size_t n, const char *fn, void *caller)
+ * report and the release policy.  Returns p. */
+static __attribute__((noinline)) void *large_seen(void *p, size_t n, const char *fn, void *caller)
 {
     if (p && report_size && n >= report_size)
         report_large(n, fn, caller);
     if (p && n >= FA_RELEASE_MIN)
         fa_release_on_alloc(p, n);
+    return p;
+}
+
+/* large_seen, and huge pages for the block.  Not for calloc: a block it
+ * leaves untouched is faulted in page by page as the program writes it,
+ * and a huge page would put 2 MiB in the RSS for each sparse write. */
+static __attribute__((noinline)) void *large_done(void *p, size_t n, const char *fn, void *caller)
+{
+    large_seen(p, n, fn, caller);
     if (p && n >= FA_HUGEPAGE_MIN && fa_opt_u64(FA_OPT_HUGEPAGES))
         fa_release_advise_huge(p, n);
     return p;
@@ -284,6 +302,18 @@ void *fa_host_malloc(size_t n, void *caller)
     return tc_malloc(n);
 }
 
+/* tcmalloc's calloc clears the whole block, faulting in fresh memory that
+ * reads as zeros already; a large one is cleared where it holds something. */
+static __attribute__((noinline)) void *calloc_large(size_t total)
+{
+    if (!calloc_sparse_min || total < calloc_sparse_min)
+        return tc_calloc(1, total);
+    void *p = tc_malloc(total);
+    if (p)
+        fa_clear_anonymous(p, total);
+    return p;
+}
+
 void *fa_host_calloc(size_t n, size_t size, void *caller)
 {
     HOST_READY();
@@ -295,7 +325,7 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
     }
     fa_stats_alloc(FA_CALL_calloc, total);
     if (__builtin_expect(total >= slow_size, 0))
-        return large_done(tc_calloc(n, size), total, "calloc", caller);
+        return large_seen(calloc_large(total), total, "calloc", caller);
     return tc_calloc(n, size);
 }
 

@@ -1,4 +1,4 @@
-/* startfill.c - tcmalloc's start without the pages it only clears
+/* startfill.c - clearing memory without faulting in what reads as zeros
  * (startfill.h). */
 #define _GNU_SOURCE
 #include "startfill.h"
@@ -129,6 +129,26 @@ void *fa_start_fill(void *p, int c, size_t n)
     __atomic_fetch_add(&left_bytes, left, __ATOMIC_RELAXED);
     errno = saved;
     return p;
+}
+
+size_t fa_clear_anonymous(void *p, size_t n)
+{
+    uintptr_t s = (uintptr_t)p, e = s + n;
+    size_t page = page_size();
+    uintptr_t a = (s + page - 1) & ~(uintptr_t)(page - 1), b = e & ~(uintptr_t)(page - 1);
+    if (b <= a) {
+        memset(p, 0, n);
+        return 0;
+    }
+    int saved = errno;
+    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    memset(p, 0, a - s);
+    size_t left = fill_sparse(pagemap, a, b, page);
+    memset((void *)b, 0, e - b);
+    if (pagemap >= 0)
+        close(pagemap);
+    errno = saved;
+    return left;
 }
 
 /* ---- the slot -------------------------------------------------------------- */

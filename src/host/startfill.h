@@ -1,4 +1,5 @@
-/* startfill.h - tcmalloc's start without the pages it only clears.
+/* startfill.h - clearing memory without faulting in what reads as zeros:
+ * tcmalloc's start, and large callocs.
  *
  * As it starts, tcmalloc 2.10 clears about 3 MB with memset: its page
  * map's root (1 MB of its BSS) and the map's first leaf (2 MB from the brk
@@ -10,7 +11,11 @@
  * writes only the pages that hold something: in private anonymous memory,
  * a page that is neither resident nor swapped out reads as zeros already.
  * The slot is found in tcmalloc's relocations (its PLT or GOT entry for
- * memset) and put back once tcmalloc has started. */
+ * memset) and put back once tcmalloc has started.
+ *
+ * tcmalloc's calloc clears every block the same way, so a large calloc of
+ * fresh memory faults in all of it (glibc's leaves fresh mmap memory as it
+ * is); forgealloc clears large calloc blocks with fa_clear_anonymous. */
 #ifndef FA_STARTFILL_H
 #define FA_STARTFILL_H
 
@@ -26,6 +31,12 @@ void *fa_start_fill(void *p, int c, size_t n);
 
 /* The bytes fa_start_fill has left untouched so far. */
 size_t fa_start_fill_left(void);
+
+/* memset(p, 0, n) for memory known to be private and anonymous (tcmalloc's
+ * heap, unless TCMALLOC_MEMFS_MALLOC_PATH puts it on hugetlbfs): whole
+ * pages that are neither resident nor swapped out are left as they are.
+ * Returns the bytes left.  Does not allocate; errno is kept. */
+size_t fa_clear_anonymous(void *p, size_t n);
 
 /* The address of the relocated pointer through which the object holding
  * `in_object` calls `name` (its PLT slot or GOT entry), and whether that

@@ -262,6 +262,36 @@ def case_start_pages():
     check(late >= 1024, f"loaded by dlopen, the library still gave back zero pages ({late} KiB left)")
 
 
+def case_calloc():
+    """A large calloc leaves fresh memory untouched (it reads as zeros), as
+    glibc's calloc does and tcmalloc's does not, and clears every byte of
+    memory it hands out again: with huge pages on and off, with memory
+    returned at once, from two threads.  With tcmalloc's hugetlbfs
+    allocator named, every block is cleared."""
+    tc = system_lib("libtcmalloc_minimal.so.4")
+    check(tc, "libtcmalloc_minimal.so.4 not found")
+
+    def fresh_kib(r, what):
+        check(r.returncode == 0, f"p_calloc {what} exited {r.returncode}: {r.stderr[-2000:]}")
+        m = re.search(r"fresh_resident_kib (\d+)", r.stdout)
+        check(m, f"p_calloc {what} printed no fresh_resident_kib: {r.stdout!r}")
+        return int(m.group(1))
+
+    full = 64 * 1024
+    plain = fresh_kib(run([prog("p_calloc")], preload=False, env=base_env(LD_PRELOAD=tc)), "under tcmalloc")
+    check(plain >= full * 9 // 10, f"under tcmalloc alone a fresh 64 MiB calloc has only {plain} KiB resident: "
+          "nothing to show")
+    for extra in ({}, {"FORGEALLOC_HUGEPAGES": "0"}, {"FORGEALLOC_RELEASE_DELAY": "0"}):
+        r = run([prog("p_calloc")], env=base_env(**extra))
+        kib = fresh_kib(r, f"under the shim {extra}")
+        check(kib <= 1024, f"{extra}: a fresh 64 MiB calloc has {kib} KiB resident (tcmalloc alone: {plain})")
+        check(r.stderr == "", f"{extra}: printed {r.stderr!r}")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_calloc")], env=base_env(TCMALLOC_MEMFS_MALLOC_PATH=d))
+        kib = fresh_kib(r, "with TCMALLOC_MEMFS_MALLOC_PATH")
+        check(kib >= full * 9 // 10, f"with TCMALLOC_MEMFS_MALLOC_PATH a fresh calloc was left untouched ({kib} KiB)")
+
+
 def case_release_burst():
     """800 MB freed in 4 MB blocks goes back to the OS within the delay while
     the process sleeps without an allocator call (tcmalloc alone keeps it)."""

@@ -1,6 +1,7 @@
-/* test_startfill.c - tcmalloc's start without the pages it only clears
- * (startfill.c): the fill writes every page that holds something and leaves
- * only untouched anonymous pages alone; a file mapping is always written;
+/* test_startfill.c - clearing without faulting in what reads as zeros
+ * (startfill.c): the start fill and the calloc clear write every page that
+ * holds something and leave only untouched anonymous pages alone; the
+ * start fill always writes a file mapping;
  * finding and swapping a library's memset slot with lazy binding, full
  * RELRO and -fno-plt. */
 #define _GNU_SOURCE
@@ -36,12 +37,21 @@ static bool all(const unsigned char *p, size_t n, unsigned char v)
     return true;
 }
 
+/* Clears [p, p+n) and returns the bytes it left untouched. */
+typedef size_t (*zero_fill)(void *p, size_t n);
+
+static size_t start_fill_zero(void *p, size_t n)
+{
+    size_t before = fa_start_fill_left();
+    assert_ptr_equal(fa_start_fill(p, 0, n), p);
+    return fa_start_fill_left() - before;
+}
+
 /* Pages with data, pages written with zeros and pages given back are
  * cleared; untouched pages stay untouched (and read as zeros); the partial
  * pages at both ends are written; bytes outside the range are kept. */
-static void test_fill_leaves_untouched_pages(void **state)
+static void check_leaves_untouched_pages(zero_fill fill)
 {
-    (void)state;
     unsigned char *m = fa_map_pages(PAGES);
     memset(m, 0xab, page);                          /* page 0: head, outside part kept */
     memset(m + (PAGES - 1) * page, 0xcd, page);     /* last page: tail */
@@ -56,10 +66,9 @@ static void test_fill_leaves_untouched_pages(void **state)
             break;
         }
     }
-    size_t before = fa_start_fill_left();
     errno = 1234;
     size_t off = 100, n = PAGES * page - off - 30;
-    assert_ptr_equal(fa_start_fill(m + off, 0, n), m + off);
+    size_t left = fill(m + off, n);
     assert_int_equal(errno, 1234);
     assert_true(all(m, off, 0xab));
     assert_true(all(m + off, n, 0));
@@ -73,24 +82,63 @@ static void test_fill_leaves_untouched_pages(void **state)
     }
     /* Reading the untouched pages above mapped the zero page for them;
      * what counts is that the fill did not write them. */
-    assert_int_equal(fa_start_fill_left() - before, untouched * page);
+    assert_int_equal(left, untouched * page);
     munmap(m, PAGES * page);
+}
+
+static void test_fill_leaves_untouched_pages(void **state)
+{
+    (void)state;
+    check_leaves_untouched_pages(start_fill_zero);
+}
+
+static void test_clear_leaves_untouched_pages(void **state)
+{
+    (void)state;
+    check_leaves_untouched_pages(fa_clear_anonymous);
 }
 
 /* Untouched pages that the check above read stay out of the RSS: only the
  * pages that held something become resident. */
-static void test_fill_faults_nothing_in(void **state)
+static void check_faults_nothing_in(zero_fill fill)
 {
-    (void)state;
     unsigned char *m = fa_map_pages(PAGES);
     m[5 * page] = 1;
-    fa_start_fill(m, 0, PAGES * page);
+    assert_int_equal(fill(m, PAGES * page), (PAGES - 1) * page);
     unsigned char v[PAGES];
     assert_int_equal(mincore(m, PAGES * page, v), 0);
     for (int i = 0; i < PAGES; i++)
         assert_int_equal(v[i] & 1, i == 5);
     assert_int_equal(m[5 * page], 0);
     munmap(m, PAGES * page);
+}
+
+static void test_fill_faults_nothing_in(void **state)
+{
+    (void)state;
+    check_faults_nothing_in(start_fill_zero);
+}
+
+static void test_clear_faults_nothing_in(void **state)
+{
+    (void)state;
+    check_faults_nothing_in(fa_clear_anonymous);
+}
+
+/* A clear within one page, or across a page boundary without a whole page,
+ * is a memset. */
+static void test_clear_small(void **state)
+{
+    (void)state;
+    unsigned char *m = fa_map_pages(4);
+    memset(m, 0x33, 4 * page);
+    assert_int_equal(fa_clear_anonymous(m + 10, 100), 0);
+    assert_int_equal(fa_clear_anonymous(m + page - 50, page), 0);
+    for (size_t i = 0; i < 4 * page; i++) {
+        bool cleared = (i >= 10 && i < 110) || (i >= page - 50 && i < 2 * page - 50);
+        assert_int_equal(m[i], cleared ? 0 : 0x33);
+    }
+    munmap(m, 4 * page);
 }
 
 /* A private file mapping reads its file's bytes where it was never
@@ -206,6 +254,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fill_leaves_untouched_pages),
         cmocka_unit_test(test_fill_faults_nothing_in),
+        cmocka_unit_test(test_clear_leaves_untouched_pages),
+        cmocka_unit_test(test_clear_faults_nothing_in),
+        cmocka_unit_test(test_clear_small),
         cmocka_unit_test(test_fill_writes_file_pages),
         cmocka_unit_test(test_fill_other_values_and_small),
         cmocka_unit_test(test_got_lazy),
