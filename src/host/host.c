@@ -69,8 +69,9 @@ static struct timespec start_time;
 #ifndef CALLOC_SPARSE_MIN
 #define CALLOC_SPARSE_MIN ((size_t)4 << 20)
 #endif
-/* Large callocs clear only the pages that hold something: 0 when tcmalloc's
- * heap may not be private anonymous memory (its hugetlbfs allocator). */
+/* Large callocs clear only the pages that hold something: 0 when turned off
+ * or when tcmalloc's heap may not be private anonymous memory (its hugetlbfs
+ * allocator). */
 static size_t calloc_sparse_min;
 
 static void host_init(void)
@@ -83,7 +84,7 @@ static void host_init(void)
     if (start_time.tv_sec == 0)
         clock_gettime(CLOCK_MONOTONIC, &start_time);
     const char *memfs = getenv("TCMALLOC_MEMFS_MALLOC_PATH");
-    calloc_sparse_min = memfs && *memfs ? 0 : CALLOC_SPARSE_MIN;
+    calloc_sparse_min = (memfs && *memfs) || !fa_opt_u64(FA_OPT_SPARSE_CALLOC) ? 0 : CALLOC_SPARSE_MIN;
     uint64_t r = fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT);
     report_size = (size_t)r;
     size_t s = FA_RELEASE_MIN;

@@ -183,7 +183,8 @@ static int find_slot(struct dl_phdr_info *info, size_t size, void *arg)
     if (!fa_object_holds(info, s->addr))
         return 0;
 #ifdef FA_R_JUMP_SLOT
-    uintptr_t base = info->dlpi_addr, relro_lo = 0, relro_hi = 0;
+    uintptr_t base = info->dlpi_addr, relro_lo = 0;
+    size_t relro_size = 0;
     const ElfW(Dyn) *dyn = NULL;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -191,7 +192,7 @@ static int find_slot(struct dl_phdr_info *info, size_t size, void *arg)
             dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
         else if (ph->p_type == PT_GNU_RELRO) {
             relro_lo = base + ph->p_vaddr;
-            relro_hi = relro_lo + ph->p_memsz;
+            relro_size = ph->p_memsz;
         }
     }
     uintptr_t symtab = 0, strtab = 0, jmprel = 0, rela = 0;
@@ -225,7 +226,7 @@ static int find_slot(struct dl_phdr_info *info, size_t size, void *arg)
     if (r) {
         uintptr_t at = base + r->r_offset;
         s->out->at = (void **)at;
-        s->out->relro = at >= relro_lo && at < relro_hi;
+        s->out->relro = relro_size && fa_relro_protects(relro_lo, relro_size, page_size(), at);
         s->found = true;
     }
 #endif

@@ -48,6 +48,15 @@ typedef struct fa_got_slot {
 } fa_got_slot;
 bool fa_got_find(const void *in_object, const char *name, fa_got_slot *out);
 
+/* Whether the loader write-protects `at` for a PT_GNU_RELRO segment of
+ * [lo, lo+size): like glibc, only its whole pages (a last partial page
+ * stays writable, shared with data that follows). */
+static inline bool fa_relro_protects(uintptr_t lo, size_t size, size_t page, uintptr_t at)
+{
+    uintptr_t mask = ~(uintptr_t)(page - 1);
+    return at >= (lo & mask) && at < ((lo + size) & mask);
+}
+
 /* Stores `value` in the slot (lifting RELRO's write protection around the
  * store) and returns what it held in *old.  False if it cannot. */
 bool fa_got_swap(const fa_got_slot *slot, void *value, void **old);

@@ -116,15 +116,20 @@ bool fa_zero_pages_parse_maps_line(const char *line, fa_mapping *m)
     if (!hex(&p, &m->lo) || *p++ != '-' || !hex(&p, &m->hi) || *p++ != ' ' || m->hi <= m->lo)
         return false;
     bool rw_private = strncmp(p, "rw-p ", 5) == 0;
-    const char *field = p;
-    for (int i = 0; i < 3; i++) { /* to the inode */
+    const char *field = p, *device = NULL;
+    for (int i = 0; i < 3; i++) { /* past the offset to the device, then the inode */
         field = strchr(field, ' ');
         if (!field)
             return false;
         while (*field == ' ')
             field++;
+        if (i == 1)
+            device = field;
     }
-    bool no_inode = field[0] == '0' && (field[1] == ' ' || field[1] == '\n' || field[1] == '\0');
+    /* Anonymous memory has no device and no inode; a file system may
+     * report inode 0 for a file. */
+    bool no_inode = strncmp(device, "00:00 ", 6) == 0 && field[0] == '0' &&
+                    (field[1] == ' ' || field[1] == '\n' || field[1] == '\0');
     const char *name = field + 1;
     while (*name == ' ')
         name++;

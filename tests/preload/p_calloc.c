@@ -1,6 +1,9 @@
 /* p_calloc.c - large callocs: fresh memory, reused memory, threads.
  *
- *   p_calloc   1. calloc(64 MiB) of fresh memory: prints
+ *   p_calloc   0. calloc(3 MiB), below the size forgealloc clears itself:
+ *                 tcmalloc's own calloc, whose memset is libc's again once
+ *                 the library has started; prints "small_resident_kib N";
+ *              1. calloc(64 MiB) of fresh memory: prints
  *                 "fresh_resident_kib N" (the block's resident pages right
  *                 after the call, before anything reads it), then checks it
  *                 reads as zeros;
@@ -74,6 +77,13 @@ static void *worker(void *arg) { return reuse((unsigned)(uintptr_t)arg, 200) ? a
 
 int main(void)
 {
+    unsigned char *small = calloc(1, 3 * MIB);
+    if (!small)
+        return 1;
+    printf("small_resident_kib %zu\n", resident_kib(small, 3 * MIB));
+    if (!zeros(small, 3 * MIB, "calloc", 3 * MIB))
+        return 1;
+    free(small);
     size_t n = 64 * MIB;
     unsigned char *fresh = calloc(1, n);
     if (!fresh)

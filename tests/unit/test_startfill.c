@@ -248,6 +248,26 @@ static void test_got_not_an_object(void **state)
     munmap(m, page);
 }
 
+/* The loader protects only RELRO's whole pages: a slot on its last partial
+ * page shares that page with data and stays writable. */
+static void test_relro_whole_pages(void **state)
+{
+    (void)state;
+    const size_t pg = 4096;
+    uintptr_t lo = 0x10000 + 0x2e0; /* RELRO starting mid-page, as linkers lay it out */
+    size_t size = 3 * pg - 0x2e0;   /* ends on a page boundary: three pages protected */
+    assert_true(fa_relro_protects(lo, size, pg, lo));
+    assert_true(fa_relro_protects(lo, size, pg, 0x10000)); /* its first page, rounded down */
+    assert_true(fa_relro_protects(lo, size, pg, lo + size - 8));
+    assert_false(fa_relro_protects(lo, size, pg, lo + size));
+    size -= 0x100; /* ends mid-page: that page is left writable */
+    assert_true(fa_relro_protects(lo, size, pg, 0x11000));
+    assert_false(fa_relro_protects(lo, size, pg, 0x12000));
+    assert_false(fa_relro_protects(lo, size, pg, lo + size - 8));
+    assert_false(fa_relro_protects(0x10010, 0x800, pg, 0x10100)); /* less than a page: nothing */
+    assert_false(fa_relro_protects(lo, size, pg, 0xfff8));
+}
+
 int main(void)
 {
     page = (size_t)sysconf(_SC_PAGESIZE);
@@ -259,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_clear_small),
         cmocka_unit_test(test_fill_writes_file_pages),
         cmocka_unit_test(test_fill_other_values_and_small),
+        cmocka_unit_test(test_relro_whole_pages),
         cmocka_unit_test(test_got_lazy),
         cmocka_unit_test(test_got_full_relro),
         cmocka_unit_test(test_got_no_plt),

@@ -135,6 +135,9 @@ static void test_parse_maps(void **state)
     assert_false(m.anonymous);
     assert_true(fa_zero_pages_parse_maps_line("7ff9bae1b000-7ff9bae1c000 rw-p 00000000 fe:00 10   /tmp/x (deleted)", &m));
     assert_false(m.anonymous);
+    /* A file system may report inode 0 for a file (FUSE): its device says it is one. */
+    assert_true(fa_zero_pages_parse_maps_line("7f0000000000-7f0000001000 rw-p 00000000 00:2f 0   /mnt/fuse/f", &m));
+    assert_false(m.anonymous);
     /* Shared, read-only or inaccessible anonymous memory is left alone. */
     assert_true(fa_zero_pages_parse_maps_line("7f0000000000-7f0000001000 rw-s 00000000 00:01 5 /dev/zero (deleted)", &m));
     assert_false(m.anonymous);
