@@ -85,6 +85,7 @@ MODEL_CYCLES = (2, 3)
 PROMPT_ENCODER_MIB = ("100", "1300")  # SDXL's text encoders in fp16: about 1.3 GB
 PROMPT_CHANGES = ("3", "6")
 PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
+PROMPT_BUSY_CHANGES = ("6", "10")  # back to back: the next prompt follows at once
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
 DEVICE_PAIRS = (200_000, 1_000_000)  # cudaMalloc+cudaFree pairs per thread
@@ -173,6 +174,18 @@ WORKLOADS = (
         "text encoder moved to the host per prompt, freed, host still while the GPU generates",
         "prompt_change.py",
         ("--encoder", PROMPT_ENCODER_MIB, "--prompts", PROMPT_CHANGES, "--gap", PROMPT_GAP_S),
+        allocators=("glibc", "tcmalloc", "jemalloc", "forgealloc"),
+        metrics=(
+            ("offload_ms", "ms/offload", 1),
+            ("anon_gap_median", "MB anon between prompts", 1 / MB),
+        ),
+        needs_module="torch",
+    ),
+    Workload(
+        "prompt-change-busy",
+        "the same, prompt after prompt: the encoder freed and offloaded again 0.1 s later",
+        "prompt_change.py",
+        ("--encoder", PROMPT_ENCODER_MIB, "--prompts", PROMPT_BUSY_CHANGES, "--gap", "0.1", "--hold", "0.1"),
         allocators=("glibc", "tcmalloc", "jemalloc", "forgealloc"),
         metrics=(
             ("offload_ms", "ms/offload", 1),
