@@ -285,7 +285,7 @@ def case_calloc():
     plain = fresh_kib(run([prog("p_calloc")], preload=False, env=base_env(LD_PRELOAD=tc)), "under tcmalloc")
     check(plain >= full * 9 // 10, f"under tcmalloc alone a fresh 64 MiB calloc has only {plain} KiB resident: "
           "nothing to show")
-    for extra in ({}, {"FORGEALLOC_HUGEPAGES": "0"}, {"FORGEALLOC_RELEASE_DELAY": "0"}):
+    for extra in ({}, {"FORGEALLOC_HUGEPAGES": "1"}, {"FORGEALLOC_RELEASE_DELAY": "0"}):
         r = run([prog("p_calloc")], env=base_env(**extra))
         kib = fresh_kib(r, f"under the shim {extra}")
         check(kib <= 1024, f"{extra}: a fresh 64 MiB calloc has {kib} KiB resident (tcmalloc alone: {plain})")
@@ -294,6 +294,44 @@ def case_calloc():
         for extra in ({"TCMALLOC_MEMFS_MALLOC_PATH": d}, {"FORGEALLOC_SPARSE_CALLOC": "0"}):
             kib = fresh_kib(run([prog("p_calloc")], env=base_env(**extra)), f"with {extra}")
             check(kib >= full * 9 // 10, f"with {extra} a fresh calloc was left untouched ({kib} KiB)")
+
+
+HUGEPAGE_PROBE = r"""
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = libc.calloc.restype = ctypes.c_void_p
+huge = 2 << 20
+def advised(p):
+    a = (p + huge - 1) & ~(huge - 1)  # the block's first 2 MiB-aligned address
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            first = line.split()[0]
+            if "-" in first and not first.endswith(":"):
+                lo, hi = (int(x, 16) for x in first.split("-"))
+                inside = lo <= a < hi
+            elif inside and line.startswith("VmFlags:"):
+                return int("hg" in line.split())
+    return -1
+c = libc.calloc(1, 16 << 20)  # first, so it lies where nothing was advised
+m = libc.malloc(16 << 20)
+print(f"malloc {advised(m)} calloc {advised(c)}")
+"""
+
+
+def case_hugepages():
+    """FORGEALLOC_HUGEPAGES=1 asks for transparent huge pages on a large
+    malloc block (the 'hg' flag of its mapping) and never on a calloc block;
+    by default nothing is asked.  Only where the kernel's mode is madvise:
+    in the other modes the advice would change nothing, and none is given."""
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        if "[madvise]" not in f.read():
+            print("transparent huge pages are not in madvise mode here - skipped")
+            return SKIP
+    for extra, want in (({}, "malloc 0 calloc 0"), ({"FORGEALLOC_HUGEPAGES": "1"}, "malloc 1 calloc 0")):
+        r = run([ARGS.python, "-c", HUGEPAGE_PROBE], env=base_env(**extra))
+        check(r.returncode == 0 and r.stderr == "", f"{extra}: exit {r.returncode}: {r.stderr[-1000:]}")
+        check(r.stdout.strip() == want, f"{extra}: huge-page advice (1 = asked) {r.stdout.strip()!r}, expected {want!r}")
 
 
 def case_release_burst():
