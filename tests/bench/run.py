@@ -380,15 +380,33 @@ def workload_argv(workload, mode, bin_dir):
     return [os.path.join(bin_dir, workload.program), *args]
 
 
+def round_order(n, rep):
+    """The order of n allocators in repetition rep: a balanced Latin square
+    (0, 1, n-1, 2, n-2, ... shifted by rep), so each allocator runs in each
+    place and, over n repetitions (2n when n is odd, every other round
+    reversed), after each other one.  In a VM, memory a run faults in is
+    cheaper right after a run that freed much of it: a plain rotation would
+    give every allocator the same predecessor in every round."""
+    base, lo, hi = [0], 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    order = [(k + rep) % n for k in base]
+    return order[::-1] if (rep // n) % 2 else order
+
+
 def run_workload(workload, allocators, reps, argv, base_env, bin_dir, scratch):
-    """Warm-up run (discarded), then reps rounds over all allocators, rotated."""
+    """Warm-up run (discarded), then reps rounds over all allocators, each
+    in the order of round_order."""
     samples = {a.name: [] for a in allocators}
     first = allocators[0]
     run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch)
     for rep in range(reps):
-        shift = rep % len(allocators)
         line = []
-        for allocator in allocators[shift:] + allocators[:shift]:
+        for allocator in (allocators[i] for i in round_order(len(allocators), rep)):
             env = dict(base_env, **workload.env, **allocator.env)
             sample = run_once(argv, env, allocator.preload, bin_dir, scratch)
             # Record the size of the stats dump (0 = none written) and remove it.
