@@ -555,7 +555,7 @@ def parse_args():
         action="append",
         default=[],
         metavar="NAME:VAR=VALUE[,VAR=VALUE]",
-        help="also run forgealloc with these settings as allocator NAME (e.g. forgealloc-hp0:FORGEALLOC_HUGEPAGES=0)",
+        help="also run forgealloc with these settings as allocator NAME (e.g. forgealloc-hp1:FORGEALLOC_HUGEPAGES=1)",
     )
     parser.add_argument("--build-dir", default=os.path.join(REPO_DIR, "build"), help="the CMake build directory")
     args = parser.parse_args()
