@@ -63,6 +63,8 @@ static const char nothrow_tag = 0; /* stands in for std::nothrow */
 /* 0 until initialised: every call then takes the slow path, which loads
  * the settings.  Afterwards min(report threshold, FA_RELEASE_MIN). */
 static size_t slow_size;
+/* Below slow_size, sizes take the histogram's uncapped bucket. */
+_Static_assert(FA_RELEASE_MIN < (size_t)1 << (FA_HIST_BUCKETS - 2), "fast-path sizes must fit the histogram");
 static size_t report_size; /* 0 = reports off */
 static size_t page_size = 4096;
 static struct timespec start_time;
@@ -298,7 +300,7 @@ void *fa_host_malloc(size_t n, void *caller)
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t == NULL || n >= slow_size, 0))
         return malloc_slow(n, caller);
-    if (TC_CACHE_DUE(fa_stats_alloc_into(t, FA_CALL_malloc, n)))
+    if (TC_CACHE_DUE(fa_stats_alloc_small_into(t, FA_CALL_malloc, n)))
         return malloc_refresh(n);
     return tc_malloc(n);
 }
@@ -368,13 +370,31 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
     return realloc_counted(p, total, "reallocarray", caller);
 }
 
-void fa_host_free(void *p)
+static inline void free_counted(void *p)
 {
-    fa_stats_free(FA_CALL_free);
     if (__builtin_expect(maybe_large(p), 0))
         release_maybe_large(p, 0, 0); /* tc_delete(p) is tc_free(p) in tcmalloc */
     else
         tc_free(p);
+}
+
+/* A thread's first counted call (or one after its exit destructor): out of
+ * line, so the fast path keeps p in a register without saving one. */
+static __attribute__((noinline)) void free_uncounted(void *p)
+{
+    fa_stats_free(FA_CALL_free);
+    free_counted(p);
+}
+
+void fa_host_free(void *p)
+{
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t == NULL, 0)) {
+        free_uncounted(p);
+        return;
+    }
+    FA_RELAXED_ADD(t->calls[FA_CALL_free], 1);
+    free_counted(p);
 }
 
 static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, void *caller)
@@ -518,18 +538,34 @@ void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller)
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t == NULL || n >= slow_size, 0))
         return new_slow(n, align, nothrow, caller);
-    if (TC_CACHE_DUE(fa_stats_alloc_into(t, FA_CALL_new, n)))
+    if (TC_CACHE_DUE(fa_stats_alloc_small_into(t, FA_CALL_new, n)))
         return new_refresh(n, align, nothrow);
     return tc_new_any(n, align, nothrow);
 }
 
-void fa_host_delete(void *p, size_t size, size_t align)
+static inline void delete_counted(void *p, size_t size, size_t align)
 {
-    fa_stats_free(FA_CALL_delete);
     if (__builtin_expect(maybe_large(p), 0))
         release_maybe_large(p, size, align);
     else
         tc_delete_any(p, size, align);
+}
+
+static __attribute__((noinline)) void delete_uncounted(void *p, size_t size, size_t align)
+{
+    fa_stats_free(FA_CALL_delete);
+    delete_counted(p, size, align);
+}
+
+void fa_host_delete(void *p, size_t size, size_t align)
+{
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t == NULL, 0)) {
+        delete_uncounted(p, size, align);
+        return;
+    }
+    FA_RELAXED_ADD(t->calls[FA_CALL_delete], 1);
+    delete_counted(p, size, align);
 }
 
 /* ---- introspection -------------------------------------------------------- */

@@ -33,10 +33,16 @@ extern const char *const fa_call_names[FA_CALL_COUNT];
  * [2^(b-1), 2^b), bucket 47 everything from 2^46 up. */
 #define FA_HIST_BUCKETS 48
 
+/* The bucket of a size below 2^46, without the cap: the bit length of n,
+ * branch-free (clz(n | 1) is defined for 0 too, and 63 ^ clz is one bsr). */
+static inline unsigned fa_hist_bucket_uncapped(size_t n)
+{
+    return (63u ^ (unsigned)__builtin_clzll((unsigned long long)n | 1u)) + (n != 0);
+}
+
 static inline unsigned fa_hist_bucket(size_t n)
 {
-    /* Branch-free bit length: clz(n | 1) is defined for 0 too. */
-    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)n | 1u) - (n == 0);
+    unsigned b = fa_hist_bucket_uncapped(n);
     return b < FA_HIST_BUCKETS - 1 ? b : FA_HIST_BUCKETS - 1;
 }
 
@@ -80,6 +86,16 @@ static inline uint64_t fa_stats_alloc_into(fa_tstats *t, enum fa_call c, size_t 
 {
     FA_RELAXED_ADD(t->bytes_requested, n);
     FA_RELAXED_ADD(t->hist[fa_hist_bucket(n)], 1);
+    return FA_RELAXED_ADD(t->calls[c], 1);
+}
+
+/* fa_stats_alloc_into for a size known to be below 2^46 (the hot paths,
+ * which see only sizes below the large-allocation size): five instructions
+ * fewer. */
+static inline uint64_t fa_stats_alloc_small_into(fa_tstats *t, enum fa_call c, size_t n)
+{
+    FA_RELAXED_ADD(t->bytes_requested, n);
+    FA_RELAXED_ADD(t->hist[fa_hist_bucket_uncapped(n)], 1);
     return FA_RELAXED_ADD(t->calls[c], 1);
 }
 

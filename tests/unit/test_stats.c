@@ -129,6 +129,13 @@ static void test_histogram_buckets(void **state)
     assert_int_equal(fa_hist_bucket(4), 3);
     assert_int_equal(fa_hist_bucket(4096), 13);
     assert_int_equal(fa_hist_bucket(SIZE_MAX), FA_HIST_BUCKETS - 1);
+    assert_int_equal(fa_hist_bucket((size_t)1 << 46), FA_HIST_BUCKETS - 1);
+    assert_int_equal(fa_hist_bucket(((size_t)1 << 46) - 1), FA_HIST_BUCKETS - 2);
+    /* The hot paths' bucket agrees below 2^46: at every power of two, one
+     * below and one above it. */
+    for (unsigned b = 0; b < 46; b++)
+        for (size_t n = ((size_t)1 << b) - 1; n <= ((size_t)1 << b) + 1; n++)
+            assert_int_equal(fa_hist_bucket_uncapped(n), fa_hist_bucket(n));
     fa_tstats before, after;
     fa_stats_sum(&before);
     fa_stats_large();
