@@ -204,12 +204,15 @@ static inline bool maybe_large(const void *p) { return ((uintptr_t)p & 4095) == 
 /* tcmalloc's numbers for reports made in a signal handler, which must not
  * call into tcmalloc (the thread it interrupted may hold tcmalloc's
  * locks).  Refreshed by ordinary reports and every 2^16 malloc or new
- * calls of a thread; read under a sequence lock. */
-static struct {
+ * calls of a thread.  Two copies, each under a sequence lock, written in
+ * turn by one writer at a time: while one is being written (even by the
+ * thread a signal interrupted) the other is whole. */
+static struct tc_copy {
     unsigned seq; /* odd while being written */
     uint64_t when_ms;
     uint64_t tc[FA_TC_COUNT];
-} tc_cache;
+} tc_cache[2];
+static unsigned tc_cache_writes; /* copies written so far; the next goes to [writes & 1] */
 static int tc_cache_busy;
 
 static void tc_read(uint64_t out[FA_TC_COUNT])
@@ -222,13 +225,44 @@ static void tc_cache_store(const uint64_t v[FA_TC_COUNT])
 {
     if (__atomic_exchange_n(&tc_cache_busy, 1, __ATOMIC_ACQUIRE))
         return;
-    __atomic_store_n(&tc_cache.seq, tc_cache.seq + 1, __ATOMIC_RELAXED);
+    unsigned n = __atomic_load_n(&tc_cache_writes, __ATOMIC_RELAXED);
+    struct tc_copy *c = &tc_cache[n & 1];
+    __atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     for (int i = 0; i < FA_TC_COUNT; i++)
-        __atomic_store_n(&tc_cache.tc[i], v[i], __ATOMIC_RELAXED);
-    __atomic_store_n(&tc_cache.when_ms, now_ms(CLOCK_MONOTONIC_COARSE), __ATOMIC_RELAXED);
-    __atomic_store_n(&tc_cache.seq, tc_cache.seq + 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->tc[i], v[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&c->when_ms, now_ms(CLOCK_MONOTONIC_COARSE), __ATOMIC_RELAXED);
+    __atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&tc_cache_writes, n + 1, __ATOMIC_RELEASE);
     __atomic_store_n(&tc_cache_busy, 0, __ATOMIC_RELEASE);
+}
+
+/* One copy, if it is whole and stays so while it is read. */
+static bool tc_copy_load(const struct tc_copy *c, uint64_t out[FA_TC_COUNT], uint64_t *when)
+{
+    unsigned a = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+    if (a == 0 || (a & 1))
+        return false;
+    for (int i = 0; i < FA_TC_COUNT; i++)
+        out[i] = __atomic_load_n(&c->tc[i], __ATOMIC_RELAXED);
+    *when = __atomic_load_n(&c->when_ms, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == a;
+}
+
+/* Signal-safe, never waits: the newest whole copy.  Both copies change
+ * under a read only when other threads write twice meanwhile; then it
+ * tries again, a bounded number of times.  False if there is no copy. */
+static bool tc_cache_load(uint64_t out[FA_TC_COUNT], uint64_t *when)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned n = __atomic_load_n(&tc_cache_writes, __ATOMIC_ACQUIRE);
+        if (n == 0)
+            return false;
+        if (tc_copy_load(&tc_cache[(n - 1) & 1], out, when) || tc_copy_load(&tc_cache[n & 1], out, when))
+            return true;
+    }
+    return false;
 }
 
 static __attribute__((noinline)) void tc_cache_refresh(void)
@@ -237,19 +271,6 @@ static __attribute__((noinline)) void tc_cache_refresh(void)
     uint64_t v[FA_TC_COUNT];
     tc_read(v);
     tc_cache_store(v);
-}
-
-/* Signal-safe: never waits.  False if there is no consistent copy. */
-static bool tc_cache_load(uint64_t out[FA_TC_COUNT], uint64_t *when)
-{
-    unsigned a = __atomic_load_n(&tc_cache.seq, __ATOMIC_ACQUIRE);
-    if (a == 0 || (a & 1))
-        return false;
-    for (int i = 0; i < FA_TC_COUNT; i++)
-        out[i] = __atomic_load_n(&tc_cache.tc[i], __ATOMIC_RELAXED);
-    *when = __atomic_load_n(&tc_cache.when_ms, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return __atomic_load_n(&tc_cache.seq, __ATOMIC_RELAXED) == a;
 }
 
 /* size 0: unsized; align 0: default alignment.  A sized delete must get
