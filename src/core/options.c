@@ -220,7 +220,7 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
         ok = parse_size(text, &v.u) && size_in_range(d, v.u);
         break;
     case FA_TYPE_SIZE_PCT: {
-        *expected = "a size or percentage (use 4G, 512MiB or 40%)";
+        *expected = "a size or a percentage (use 4G, 512MiB or 40%)";
         size_t n = strlen(text);
         const char *t = text;
         while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
@@ -239,8 +239,9 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
         break;
     }
     case FA_TYPE_NUM:
-        *expected = "a number";
-        ok = parse_number(text, d->min, d->max, &v.d);
+    case FA_TYPE_INT:
+        *expected = d->type == FA_TYPE_INT ? "a whole number" : "a number";
+        ok = parse_number(text, d->min, d->max, &v.d) && (d->type == FA_TYPE_NUM || v.d == (double)(uint64_t)v.d);
         v.u = (uint64_t)v.d;
         break;
     case FA_TYPE_SECONDS:
@@ -299,6 +300,49 @@ static void defaults_ready(void)
 
 static void set_default(enum fa_opt_id id) { values[id] = defaults[id]; }
 
+/* Writes the kind of value (the part of `expected` before its examples),
+ * then `range`, then the examples. */
+static void kind_range_examples(fa_buf *b, const char *expected, void (*range)(fa_buf *, const fa_option_desc *),
+                                const fa_option_desc *d)
+{
+    const char *examples = strstr(expected, " (");
+    size_t kind = examples ? (size_t)(examples - expected) : strlen(expected);
+    fa_buf_mem(b, expected, kind);
+    range(b, d);
+    if (examples)
+        fa_buf_str(b, examples);
+}
+
+/* " from 1.00 MiB to 1.00 TiB" */
+static void byte_range(fa_buf *b, const fa_option_desc *d)
+{
+    fa_buf_str(b, " from ");
+    fa_buf_bytes(b, (uint64_t)d->min);
+    fa_buf_str(b, " to ");
+    fa_buf_bytes(b, (uint64_t)d->max);
+}
+
+/* " from 0 to 10", with " seconds" for durations */
+static void number_range(fa_buf *b, const fa_option_desc *d)
+{
+    fa_buf_str(b, " from ");
+    fa_buf_fixed(b, d->min, 0);
+    fa_buf_str(b, " to ");
+    fa_buf_fixed(b, d->max, 0);
+    if (d->type == FA_TYPE_SECONDS)
+        fa_buf_str(b, " seconds");
+}
+
+/* " from 0% to 100%" */
+static void percent_range(fa_buf *b, const fa_option_desc *d)
+{
+    fa_buf_str(b, " from ");
+    fa_buf_fixed(b, d->min, 0);
+    fa_buf_str(b, "% to ");
+    fa_buf_fixed(b, d->max, 0);
+    fa_buf_putc(b, '%');
+}
+
 static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expected)
 {
     if (d->type == FA_TYPE_ENUM) {
@@ -312,26 +356,14 @@ static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expe
     } else if ((d->type == FA_TYPE_SIZE || d->type == FA_TYPE_SIZE_POW2) && (d->min != 0 || d->max != 0)) {
         /* "a power of two from 1.00 MiB to 1.00 TiB (use 64M, ...)": the
          * range belongs to the kind of value, before the examples. */
-        const char *examples = strstr(expected, " (");
-        size_t kind = examples ? (size_t)(examples - expected) : strlen(expected);
-        for (size_t i = 0; i < kind; i++)
-            fa_buf_putc(b, expected[i]);
-        fa_buf_str(b, " from ");
-        fa_buf_bytes(b, (uint64_t)d->min);
-        fa_buf_str(b, " to ");
-        fa_buf_bytes(b, (uint64_t)d->max);
-        if (examples)
-            fa_buf_str(b, examples);
+        kind_range_examples(b, expected, byte_range, d);
+    } else if (d->type == FA_TYPE_SIZE_PCT) {
+        /* "a size or a percentage from 0% to 100% (use 4G, ...)" */
+        kind_range_examples(b, expected, percent_range, d);
+    } else if (d->type == FA_TYPE_NUM || d->type == FA_TYPE_INT || d->type == FA_TYPE_SECONDS) {
+        kind_range_examples(b, expected, number_range, d);
     } else {
         fa_buf_str(b, expected);
-    }
-    if (d->type == FA_TYPE_NUM || d->type == FA_TYPE_SECONDS) {
-        fa_buf_str(b, " from ");
-        fa_buf_fixed(b, d->min, 0);
-        fa_buf_str(b, " to ");
-        fa_buf_fixed(b, d->max, 0);
-        if (d->type == FA_TYPE_SECONDS)
-            fa_buf_str(b, " seconds");
     }
 }
 
@@ -498,6 +530,7 @@ void fa_option_format_value(fa_buf *b, enum fa_opt_id id, const fa_optval *v)
     case FA_TYPE_SIZE:
     case FA_TYPE_SIZE_POW2: fa_buf_bytes(b, v->u); break;
     case FA_TYPE_NUM: fa_buf_fixed(b, v->d, v->d == (double)(uint64_t)v->d ? 0 : 2); break;
+    case FA_TYPE_INT: fa_buf_u64(b, v->u); break;
     case FA_TYPE_SECONDS:
         fa_buf_fixed(b, (double)v->u / 1000.0, v->u % 1000 ? 3 : 0);
         fa_buf_putc(b, 's');
@@ -515,6 +548,7 @@ static const char *type_name(fa_opt_type t)
     case FA_TYPE_SIZE_POW2: return "size, power of two";
     case FA_TYPE_SIZE_PCT: return "size or percent";
     case FA_TYPE_NUM: return "number";
+    case FA_TYPE_INT: return "whole number";
     case FA_TYPE_SECONDS: return "seconds";
     case FA_TYPE_BOOL: return "boolean";
     case FA_TYPE_ENUM: return "choice";

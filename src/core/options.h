@@ -17,6 +17,7 @@ typedef enum {
     FA_TYPE_SIZE_POW2, /* a SIZE that is also a power of two */
     FA_TYPE_SIZE_PCT, /* a size, or N% (decimal) within [min, max] */
     FA_TYPE_NUM,      /* decimal within [min, max] */
+    FA_TYPE_INT,      /* whole number within [min, max] */
     FA_TYPE_SECONDS,  /* decimal with optional s/ms/m; stored in ms */
     FA_TYPE_BOOL,     /* 1/0, true/false, yes/no, on/off */
     FA_TYPE_ENUM,     /* one of desc->choices ("a|b|c"), stored as index */

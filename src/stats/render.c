@@ -96,6 +96,7 @@ static void json_config(fa_buf *b, const fa_snapshot *s)
             }
             break;
         case FA_TYPE_NUM: fa_buf_fixed(b, v->d, 3); break;
+        case FA_TYPE_INT: fa_buf_u64(b, v->u); break;
         case FA_TYPE_SECONDS: fa_buf_fixed(b, (double)v->u / 1000.0, 3); break;
         case FA_TYPE_BOOL: fa_buf_str(b, v->u ? "true" : "false"); break;
         case FA_TYPE_ENUM:

@@ -64,6 +64,9 @@ static void check_accepted(const fa_option_desc *d, const char *text, const fa_o
     case FA_TYPE_NUM:
         FZ_CHECK(v->d >= d->min && v->d <= d->max && v->u == (uint64_t)v->d);
         break;
+    case FA_TYPE_INT:
+        FZ_CHECK(v->d >= d->min && v->d <= d->max && v->d == (double)v->u);
+        break;
     case FA_TYPE_SECONDS:
         FZ_CHECK(v->u <= (uint64_t)(d->max * 1000.0));
         break;

@@ -188,14 +188,21 @@ static void test_load_and_messages(void **state)
     /* Three bad values: three lines, each naming its variable, the
      * expectation and the default used; defaults kept. */
     char *env_bad[] = {"FORGEALLOC_RELEASE_RATE=abc", "FORGEALLOC_DEVICE_POOL_SIZE=12X",
-                       "FORGEALLOC_STATS=xml\x01\xff", "FORGEALLOC_STATZ=1", NULL};
+                       "FORGEALLOC_STATS=xml\x01\xff", "FORGEALLOC_STATZ=1", "FORGEALLOC_STATS_MAIN_PID=1.5",
+                       "FORGEALLOC_RELEASE_DELAY=2h", NULL};
     fa_capture_stderr_begin();
-    assert_int_equal(fa_options_load(env_bad), 3);
+    assert_int_equal(fa_options_load(env_bad), 5);
     fa_capture_stderr_end(out, sizeof out);
-    assert_int_equal(fa_count_lines(out), 4);
+    assert_int_equal(fa_count_lines(out), 6);
     assert_non_null(strstr(out, "forgealloc: FORGEALLOC_RELEASE_RATE='abc' is not a number from 0 to 10; using 0\n"));
-    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_DEVICE_POOL_SIZE='12X' is not a size or percentage (use 4G, "
-                                "512MiB or 40%); using 1.00 GiB\n"));
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_DEVICE_POOL_SIZE='12X' is not a size or a percentage from 0% "
+                                "to 100% (use 4G, 512MiB or 40%); using 1.00 GiB\n"));
+    /* A whole number takes no fraction (it is not cut to one). */
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATS_MAIN_PID='1.5' is not a whole number from 0 to 4194304; "
+                                "using 0\n"));
+    assert_int_equal(fa_opt_u64(FA_OPT_STATS_MAIN_PID), 0);
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_RELEASE_DELAY='2h' is not a duration from 0 to 3600 seconds "
+                                "(use 30, 1.5s, 500ms or 2m); using 2s\n"));
     assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATS='xml\\x01\\xff' is not one of off, text, json, "
                                 "prometheus; using off\n"));
     assert_non_null(strstr(out, "FORGEALLOC_STATZ is not a forgealloc setting"));
