@@ -123,6 +123,13 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+static int start_error; /* pthread_create's error, once it failed */
+
+static const char *start_failure(void)
+{
+    return start_error == EAGAIN ? "thread limit reached" : "pthread_create failed";
+}
+
 static bool start_thread(void)
 {
     int expect = IDLE;
@@ -143,12 +150,13 @@ static bool start_thread(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err == 0)
         pthread_setname_np(t, "forgealloc");
+    start_error = err;
     __atomic_store_n(&state, err == 0 ? RUNNING : UNAVAILABLE, __ATOMIC_RELEASE);
     errno = saved;
     if (err)
         fa_info("cannot start the background thread (%s); freed memory is returned on allocator calls and "
                 "FORGEALLOC_STATS_INTERVAL dumps are off",
-                err == EAGAIN ? "thread limit reached" : "pthread_create failed");
+                start_failure());
     return err == 0;
 }
 
@@ -204,7 +212,9 @@ void fa_background_start(void)
     }
     want_interval();
     if (interval_ms && !fa_background_wake())
-        fa_warn("cannot start the FORGEALLOC_STATS_INTERVAL thread; periodic dumps are off");
+        fa_warn("cannot start the thread for FORGEALLOC_STATS_INTERVAL (%s), so periodic dumps are off; raise the "
+                "process's thread limit (ulimit -u, the container's pids limit) or unset FORGEALLOC_STATS_INTERVAL",
+                start_failure());
 }
 
 void fa_background_stop(void)

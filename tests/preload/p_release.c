@@ -20,6 +20,11 @@
  *                      "returned_mb" per cycle and "hold_ms", then sleeps
  *                      until RSS is within 64 MB of its start:
  *                      "settled_after_ms T" (-1: not within 20 s)
+ *   p_release calls S  200 x 4 MB allocated, touched, all freed, S seconds
+ *                      without an allocator call: "rss_before_call_mb N";
+ *                      then one 8 MB block allocated, touched and freed:
+ *                      "rss_after_call_mb N" (where no thread can start,
+ *                      memory goes back on such calls)
  *   p_release hold MB S  MB in 4 MB blocks allocated, touched, all freed;
  *                      prints "freed", sleeps S seconds, prints RSS
  *   p_release need MB  allocates and touches MB; prints "got"
@@ -208,6 +213,16 @@ int main(int argc, char **argv)
         waitpid(pid, &status, 0);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     }
+    if (strcmp(mode, "calls") == 0) {
+        long before = rss_mb();
+        burst("", arg);
+        printf("rss_start_mb %ld\nrss_before_call_mb %ld\n", before, rss_mb());
+        char *p = malloc(8 * MB);
+        touch(p, 8 * MB);
+        free(p);
+        printf("rss_after_call_mb %ld\n", rss_mb());
+        return 0;
+    }
     if (strcmp(mode, "hold") == 0 || strcmp(mode, "need") == 0) {
         int n = (int)arg / 4;
         char **blocks = calloc((size_t)n, sizeof *blocks);
@@ -372,6 +387,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "intro") == 0)
         return intro() ? 1 : 0;
-    fprintf(stderr, "usage: p_release burst|churn|intro\n");
+    fprintf(stderr, "usage: p_release burst|fork|calls|hold|need|realloc|forkrel|threads|retire|churn16|prompt|"
+                    "churn|intro (see the comment at the top)\n");
     return 2;
 }

@@ -462,23 +462,23 @@ def case_release_exit():
             check(doc["reason"] == "exit", f"run {i}: {doc['reason']}")
 
 
-def memory_cgroup():
-    """A fresh memory cgroup under ours: (directory, limit file, procs file),
+def new_cgroup(controller, v1_limit, v2_limit):
+    """A fresh cgroup under ours with `controller`: (directory, limit file),
     or None with the reason printed."""
     if os.geteuid() != 0:
-        print("skipped: creating a memory cgroup needs root")
+        print(f"skipped: creating a {controller} cgroup needs root")
         return None
     with open("/proc/self/cgroup") as f:
         lines = [ln.strip().split(":", 2) for ln in f if ln.strip()]
     candidates = []
     for _, ctrl, path in lines:
-        if "memory" in ctrl.split(","):
-            candidates.append((f"/sys/fs/cgroup/memory{path}", "memory.limit_in_bytes"))
+        if controller in ctrl.split(","):
+            candidates.append((f"/sys/fs/cgroup/{controller}{path}", v1_limit))
     for _, ctrl, path in lines:
         if ctrl == "":
             for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
                 if os.path.exists(f"{root}/cgroup.controllers"):
-                    candidates.append((f"{root}{path}", "memory.max"))
+                    candidates.append((f"{root}{path}", v2_limit))
     for base, limit in candidates:
         d = os.path.join(base, f"forgealloc-test-{os.getpid()}")
         try:
@@ -488,8 +488,71 @@ def memory_cgroup():
         if os.path.exists(os.path.join(d, limit)):
             return d, limit
         os.rmdir(d)
-    print("skipped: no memory cgroup can be created here (cgroup v1 memory controller or v2 with memory enabled)")
+    print(f"skipped: no {controller} cgroup can be created here (cgroup v1 {controller} controller or v2 with "
+          f"{controller} enabled)")
     return None
+
+
+def memory_cgroup():
+    return new_cgroup("memory", "memory.limit_in_bytes", "memory.max")
+
+
+def remove_cgroup(d):
+    for _ in range(50):
+        try:
+            os.rmdir(d)
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def in_cgroup(d):
+    """A command prefix that moves into cgroup d, then runs the rest."""
+    return ["/bin/sh", "-c", f'echo $$ > {d}/cgroup.procs && exec "$@"', "sh"]
+
+
+def case_release_nothread():
+    """Where no thread can be made (a pids cgroup that allows the process
+    alone), freed memory goes back on the program's next large allocator
+    call, the dump says so, and asking for periodic dumps says in one line
+    why there are none and what to do.  Control: the same run outside the
+    cgroup settles before that call, from the background thread."""
+    cg = new_cgroup("pids", "pids.max", "pids.max")
+    if cg is None:
+        return SKIP
+    d, limit = cg
+    try:
+        with open(os.path.join(d, limit), "w") as f:
+            f.write("1")
+        with tempfile.TemporaryDirectory() as tmp:
+            def calls(cmd, **extra):
+                env = base_env(FORGEALLOC_RELEASE_DELAY="200ms", FORGEALLOC_STATS="json",
+                               FORGEALLOC_STATS_FILE=f"{tmp}/dump.json", **extra)
+                r = run(cmd + [prog("p_release"), "calls", "1.5"], env=env)
+                check(r.returncode == 0, f"status {r.returncode}: {r.stderr}")
+                mb = {k: int(v) for k, v in re.findall(r"^(rss_\w+_mb) (-?\d+)$", r.stdout, re.M)}
+                with open(f"{tmp}/dump.json") as f:
+                    return r, mb, json.load(f)
+
+            r, mb, doc = calls(in_cgroup(d))
+            check(r.stderr == "", f"printed unasked: {r.stderr!r}")
+            check(doc["host"]["release"]["background"] is False, "the dump says a background thread ran")
+            check(mb["rss_before_call_mb"] > mb["rss_start_mb"] + 600,
+                  f"memory went back with no thread and no call: {mb}")
+            check(mb["rss_after_call_mb"] <= mb["rss_start_mb"] + 64, f"the call returned nothing: {mb}")
+            check(doc["host"]["release"]["delay_bytes"] >= 600 << 20, f"returns by delay: {doc['host']['release']}")
+
+            r, mb, doc = calls(in_cgroup(d), FORGEALLOC_STATS_INTERVAL="1")
+            lines = r.stderr.splitlines()
+            check(len(lines) == 1 and "FORGEALLOC_STATS_INTERVAL" in lines[0] and "thread limit" in lines[0],
+                  f"expected one line naming the setting and the reason: {r.stderr!r}")
+
+            r, mb, doc = calls([])
+            check(doc["host"]["release"]["background"] is True, "control: no background thread outside the cgroup")
+            check(mb["rss_before_call_mb"] <= mb["rss_start_mb"] + 64,
+                  f"control: the thread did not settle the process before the call: {mb}")
+    finally:
+        remove_cgroup(d)
 
 
 def case_release_pressure():
@@ -504,7 +567,7 @@ def case_release_pressure():
     try:
         with open(os.path.join(d, limit), "w") as f:
             f.write(str(700 << 20))
-        enter = ["/bin/sh", "-c", f'echo $$ > {d}/cgroup.procs && exec "$@"', "sh"]
+        enter = in_cgroup(d)
 
         def pair(pressure):
             env = base_env(FORGEALLOC_RELEASE_DELAY="60s", FORGEALLOC_RELEASE_PRESSURE=pressure)
@@ -527,12 +590,7 @@ def case_release_pressure():
         check(a_rc != 0 or b_rc != 0,
               "control: without the pressure path both fit under the limit; the test does not test anything")
     finally:
-        for _ in range(50):
-            try:
-                os.rmdir(d)
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_cgroup(d)
 
 
 def case_introspection():
