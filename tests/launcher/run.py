@@ -176,6 +176,15 @@ def case_doctor():
               "libforgealloc.so" in r.stdout, r.stdout)
     r = sh([launcher(), "doctor"], env(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"))
     check("[warn] PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in r.stdout, r.stdout)
+    # Either variable turns cudaMalloc off, whichever PyTorch reads: as the
+    # library's own device.blind says.
+    r = sh([launcher(), "doctor"], env(PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:512",
+                                       PYTORCH_ALLOC_CONF="expandable_segments:True"))
+    check("[warn] PYTORCH_ALLOC_CONF=expandable_segments:True" in r.stdout and "reach the pool" not in r.stdout,
+          r.stdout)
+    r = sh([launcher(), "doctor"], env(PYTORCH_ALLOC_CONF="backend:native"))
+    check("[info] PYTORCH_ALLOC_CONF=backend:native, PYTORCH_CUDA_ALLOC_CONF=(unset): PyTorch's cudaMalloc calls "
+          "reach the pool" in r.stdout, r.stdout)
     with tempfile.TemporaryDirectory() as d:
         # A program that carries the CUDA runtime inside (as nvcc's static default does).
         src = os.path.join(d, "static.c")
