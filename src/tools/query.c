@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,7 +125,8 @@ int main(int argc, char **argv)
         }
         return 0;
     }
-    fprintf(stderr, "usage: forgealloc-query version|options|stats [FORMAT]|check|served\n"
-                    "(version, options, stats and check need LD_PRELOAD=libforgealloc.so)\n");
-    return 2;
+    bool help = strcmp(what, "-h") == 0 || strcmp(what, "--help") == 0;
+    fprintf(help ? stdout : stderr, "usage: forgealloc-query version|options|stats [FORMAT]|check|served\n"
+                                    "(version, options, stats and check need LD_PRELOAD=libforgealloc.so)\n");
+    return help ? 0 : 2;
 }
