@@ -5,6 +5,7 @@
 #
 # usage: scripts/bench.sh [--quick] [--json FILE] [--plot FILE.png]
 #                         [--only NAME...] [--allocators NAME...] [--reps N]
+#                         [--variant NAME:FORGEALLOC_X=Y[,FORGEALLOC_Z=W]]
 # BUILD (default: build, relative to the repository) is the CMake build
 # directory holding libforgealloc.so; the workloads are built in $BUILD/bench.
 # FORGEALLOC_LIB overrides the library path.

@@ -144,6 +144,14 @@ WORKLOADS = (
         metrics=(("ms_per_step", "ms/step", 1),),
     ),
     Workload(
+        "large-churn-4t",
+        "16 live blocks of 1-32 MiB shared by 4 threads, one replaced per step, touched",
+        "large_churn",
+        (LARGE_CHURN_STEPS, "16", "32", "4"),
+        allocators=("glibc", "tcmalloc", "jemalloc", "mimalloc", "forgealloc"),
+        metrics=(("ms_per_step", "ms/step", 1),),
+    ),
+    Workload(
         "release-burst",
         "200 x 4 MiB touched then all freed",
         "release_burst",
