@@ -1,7 +1,7 @@
 #!/bin/sh
 # entrypoint.sh - container ENTRYPOINT: run the command under forgealloc.
 #
-#   ENTRYPOINT ["/usr/local/share/forgealloc/entrypoint.sh"]
+#   ENTRYPOINT ["/usr/share/forgealloc/entrypoint.sh"]
 #   CMD ["python3", "launch.py", "--listen"]
 #
 # Composes LD_PRELOAD exactly like `forgealloc run` (it execs it), with
