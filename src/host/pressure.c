@@ -214,16 +214,52 @@ static void ensure_found(void)
     __atomic_store_n(&lock, 0, __ATOMIC_RELEASE);
 }
 
-static bool read_value(const char *d, size_t dl, const char *name, uint64_t *out)
+static bool read_text(const char *d, size_t dl, const char *name, char *text, size_t cap)
 {
-    char path[DIR_MAX + 40], text[64];
+    char path[DIR_MAX + 40];
     size_t nl = strlen(name);
     if (dl + 1 + nl + 1 > sizeof path)
         return false;
     memcpy(path, d, dl);
     path[dl] = '/';
     memcpy(path + dl + 1, name, nl + 1);
-    return fa_read_file(path, text, sizeof text) > 0 && fa_pressure_parse_limit(text, out);
+    return fa_read_file(path, text, cap) > 0;
+}
+
+static bool read_value(const char *d, size_t dl, const char *name, uint64_t *out)
+{
+    char text[64];
+    return read_text(d, dl, name, text, sizeof text) && fa_pressure_parse_limit(text, out);
+}
+
+bool fa_pressure_parse_stat(const char *text, const char *key, uint64_t *out)
+{
+    size_t kl = strlen(key);
+    for (const char *line = text; *line;) {
+        if (strncmp(line, key, kl) == 0 && line[kl] == ' ')
+            return parse_u64(line + kl + 1, out);
+        const char *nl = strchr(line, '\n');
+        if (!nl)
+            break;
+        line = nl + 1;
+    }
+    return false;
+}
+
+/* The usage that counts against a limit: what the cgroup is charged, less
+ * the page cache the kernel can drop at once (inactive file pages), as
+ * Docker and the kubelet count a container's working set.  A container
+ * that read a model file is not short of memory for that. */
+static bool read_usage(const char *d, size_t dl, uint64_t *out)
+{
+    if (!read_value(d, dl, is_v1 ? "memory.usage_in_bytes" : "memory.current", out))
+        return false;
+    char stat[2048]; /* the key is within the first 1 KiB of either version's file */
+    uint64_t inactive;
+    if (read_text(d, dl, "memory.stat", stat, sizeof stat) &&
+        fa_pressure_parse_stat(stat, is_v1 ? "total_inactive_file" : "inactive_file", &inactive))
+        *out = *out > inactive ? *out - inactive : 0;
+    return true;
 }
 
 /* The limits of the cgroup and its ancestors down to the mount point (a
@@ -273,11 +309,10 @@ static uint64_t cgroup_headroom(void)
         read_limits();
         limits_read_ms = now;
     }
-    const char *use = is_v1 ? "memory.usage_in_bytes" : "memory.current";
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < limited_levels; i++) {
         uint64_t usage;
-        if (read_value(dir, limit_len[i], use, &usage)) {
+        if (read_usage(dir, limit_len[i], &usage)) {
             uint64_t room = limits[i] > usage ? limits[i] - usage : 0;
             if (room < best)
                 best = room;

@@ -1,8 +1,9 @@
 /* pressure.h - how much memory the process can still get before a limit
  * makes the kernel kill something: the limit of its memory cgroup (v2
  * memory.max and memory.current; v1 memory.limit_in_bytes and
- * memory.usage_in_bytes; the cgroup and each ancestor up to the root of the
- * mount) and the machine's MemAvailable.  Files are read with read(2) into
+ * memory.usage_in_bytes, less the inactive page cache in memory.stat; the
+ * cgroup and each ancestor up to the root of the mount) and the machine's
+ * MemAvailable.  Files are read with read(2) into
  * stack buffers: callable from any thread, never allocates. */
 #ifndef FA_PRESSURE_H
 #define FA_PRESSURE_H
@@ -31,6 +32,9 @@ bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *mountinfo_line,
 /* A limit file's value: "max" (v2) and v1's "no limit" (above 2^62) read as
  * UINT64_MAX.  False if it is not a number. */
 bool fa_pressure_parse_limit(const char *text, uint64_t *out);
+
+/* The value of `key` in the text of a memory.stat file ("key value" lines). */
+bool fa_pressure_parse_stat(const char *text, const char *key, uint64_t *out);
 
 /* MemAvailable from the text of /proc/meminfo, in bytes. */
 bool fa_pressure_parse_meminfo(const char *text, uint64_t *out);

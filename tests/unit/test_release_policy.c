@@ -113,6 +113,18 @@ static void test_parse_limits(void **state)
     assert_true(fa_pressure_parse_meminfo("MemTotal:       24684000 kB\nMemFree: 1 kB\nMemAvailable:   2000 kB\n", &v));
     assert_true(v == 2000 * 1024);
     assert_false(fa_pressure_parse_meminfo("MemTotal: 5 kB\n", &v));
+    /* memory.stat: a whole key at the start of a line, not a longer one
+     * that ends with it (v1 has inactive_file and total_inactive_file). */
+    const char *v1stat = "cache 9252864\ninactive_file 12288\nactive_file 155648\ntotal_inactive_file 3829760\n";
+    assert_true(fa_pressure_parse_stat(v1stat, "total_inactive_file", &v));
+    assert_true(v == 3829760);
+    assert_true(fa_pressure_parse_stat(v1stat, "inactive_file", &v));
+    assert_true(v == 12288);
+    assert_true(fa_pressure_parse_stat("anon 1\nfile 2\ninactive_file 42", "inactive_file", &v));
+    assert_true(v == 42);
+    assert_false(fa_pressure_parse_stat("active_file 7\n", "inactive_file", &v));
+    assert_false(fa_pressure_parse_stat("inactive_file x\n", "inactive_file", &v));
+    assert_false(fa_pressure_parse_stat("", "inactive_file", &v));
 }
 
 static void test_cgroup_dirs(void **state)
