@@ -32,6 +32,7 @@
 #include "../core/fmt.h"
 #include "../stats/snapshot.h"
 #include "../stats/stats.h"
+#include "loader.h"
 #include "release.h"
 #include "served.h"
 #include "startfill.h"
@@ -63,6 +64,8 @@ static const char nothrow_tag = 0; /* stands in for std::nothrow */
 /* 0 until initialised: every call then takes the slow path, which loads
  * the settings.  Afterwards min(report threshold, FA_RELEASE_MIN). */
 static size_t slow_size;
+static size_t slow_size_set; /* slow_size as the settings make it */
+static int soon_due;          /* slow_size is 1 until an allocation runs fa_release_nudge */
 /* Below slow_size, sizes take the histogram's uncapped bucket. */
 _Static_assert(FA_RELEASE_MIN < (size_t)1 << (FA_HIST_BUCKETS - 2), "fast-path sizes must fit the histogram");
 static size_t report_size; /* 0 = reports off */
@@ -92,7 +95,27 @@ static void host_init(void)
     size_t s = FA_RELEASE_MIN;
     if (r && r < s)
         s = (size_t)r;
+    __atomic_store_n(&slow_size_set, s, __ATOMIC_RELAXED);
     __atomic_store_n(&slow_size, s, __ATOMIC_RELEASE);
+}
+
+/* The release policy's hook (fa_release_set_soon): every allocation takes
+ * the slow path until one, not made by the dynamic loader, nudges the
+ * policy (starts its thread). */
+static void host_soon(void)
+{
+    if (__atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
+        return; /* not initialised: the first call runs host_init anyway */
+    __atomic_store_n(&soon_due, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&slow_size, 1, __ATOMIC_RELEASE);
+}
+
+static __attribute__((noinline)) void soon_run(void *caller)
+{
+    if (fa_from_loader(caller) || !__atomic_exchange_n(&soon_due, 0, __ATOMIC_ACQ_REL))
+        return;
+    __atomic_store_n(&slow_size, __atomic_load_n(&slow_size_set, __ATOMIC_RELAXED), __ATOMIC_RELEASE);
+    fa_release_nudge();
 }
 
 /* The process's first allocating call, ahead of tcmalloc's start: that
@@ -176,6 +199,8 @@ static void report_large(size_t n, const char *fn, void *caller)
  * report and the release policy.  Returns p. */
 static __attribute__((noinline)) void *large_seen(void *p, size_t n, const char *fn, void *caller)
 {
+    if (__builtin_expect(__atomic_load_n(&soon_due, __ATOMIC_RELAXED), 0))
+        soon_run(caller);
     if (p && report_size && n >= report_size)
         report_large(n, fn, caller);
     if (p && n >= FA_RELEASE_MIN)
@@ -284,13 +309,14 @@ static inline void tc_delete_any(void *p, size_t size, size_t align)
 }
 
 /* free or delete of a block that may be large: forget it before tcmalloc
- * gets it back, tell the release policy after. */
-static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, size_t align)
+ * gets it back, tell the release policy after (which may start the
+ * background thread, unless ld.so is the caller: loader.h). */
+static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, size_t align, void *caller)
 {
     size_t n = fa_release_forget(p);
     tc_delete_any(p, size, align);
     if (n)
-        fa_release_on_free(n);
+        fa_release_on_free(n, !fa_from_loader(caller));
 }
 
 /* ---- the malloc family ---------------------------------------------------- */
@@ -357,18 +383,25 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
 {
     /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's.  A large
      * p is forgotten before tcmalloc may hand its address to another
-     * thread, as free does, and remembered again if realloc fails.  Shrunk
-     * in place below the large size, p still holds its whole span in
-     * tcmalloc (which answers its old size for it): it stays remembered at
-     * its old size, and its free is the one that counts. */
+     * thread, as free does, and remembered again if realloc fails.  Resized
+     * in place (tcmalloc keeps a block whose span the new size fits, down
+     * to about half of it), p still holds its whole span: nothing was freed
+     * or allocated, it stays remembered (at the larger size), and its free
+     * is the one that counts. */
     HOST_READY();
     size_t old = maybe_large(p) ? fa_release_forget(p) : 0;
     void *q = tc_realloc(p, n);
     if (old) {
-        if (q == NULL ? n != 0 : q == p && n < FA_RELEASE_MIN)
+        if (q == p) {
+            fa_release_remember(p, n > old ? n : old);
+            if (report_size && n >= report_size)
+                report_large(n, fn, caller);
+            return q;
+        }
+        if (q == NULL && n != 0)
             fa_release_remember(p, old);
         else
-            fa_release_on_free(old);
+            fa_release_on_free(old, !fa_from_loader(caller));
     }
     return AFTER_ALLOC(q, n, fn, caller);
 }
@@ -391,31 +424,31 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
     return realloc_counted(p, total, "reallocarray", caller);
 }
 
-static inline void free_counted(void *p)
+static inline void free_counted(void *p, void *caller)
 {
     if (__builtin_expect(maybe_large(p), 0))
-        release_maybe_large(p, 0, 0); /* tc_delete(p) is tc_free(p) in tcmalloc */
+        release_maybe_large(p, 0, 0, caller); /* tc_delete(p) is tc_free(p) in tcmalloc */
     else
         tc_free(p);
 }
 
 /* A thread's first counted call (or one after its exit destructor): out of
  * line, so the fast path keeps p in a register without saving one. */
-static __attribute__((noinline)) void free_uncounted(void *p)
+static __attribute__((noinline)) void free_uncounted(void *p, void *caller)
 {
     fa_stats_free(FA_CALL_free);
-    free_counted(p);
+    free_counted(p, caller);
 }
 
-void fa_host_free(void *p)
+void fa_host_free(void *p, void *caller)
 {
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t == NULL, 0)) {
-        free_uncounted(p);
+        free_uncounted(p, caller);
         return;
     }
     FA_RELAXED_ADD(t->calls[FA_CALL_free], 1);
-    free_counted(p);
+    free_counted(p, caller);
 }
 
 static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, void *caller)
@@ -567,7 +600,7 @@ void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller)
 static inline void delete_counted(void *p, size_t size, size_t align)
 {
     if (__builtin_expect(maybe_large(p), 0))
-        release_maybe_large(p, size, align);
+        release_maybe_large(p, size, align, NULL);
     else
         tc_delete_any(p, size, align);
 }
@@ -702,6 +735,8 @@ void fa_host_fill(fa_snapshot *s)
 void fa_host_start(void)
 {
     fa_start_fill_end(); /* tcmalloc has started: its own memset again */
+    fa_loader_init();
+    fa_release_set_soon(host_soon);
     if (slow_size == 0)
         host_init();
     tc_cache_refresh(); /* a signal-time report has tcmalloc's numbers from the start */

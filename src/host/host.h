@@ -16,14 +16,15 @@ extern "C" {
 
 struct fa_snapshot;
 
-/* The caller's return address, for large-allocation reports. */
+/* The caller's return address, for large-allocation reports (and, for
+ * frees, to tell the dynamic loader's frees apart: loader.h). */
 #define FA_CALLER __builtin_return_address(0)
 
 void *fa_host_malloc(size_t n, void *caller);
 void *fa_host_calloc(size_t n, size_t size, void *caller);
 void *fa_host_realloc(void *p, size_t n, void *caller);
 void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller);
-void fa_host_free(void *p);
+void fa_host_free(void *p, void *caller);
 void *fa_host_memalign(size_t align, size_t n, void *caller);
 void *fa_host_aligned_alloc(size_t align, size_t n, void *caller);
 int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller);

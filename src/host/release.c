@@ -2,6 +2,7 @@
 #include "release.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <time.h>
 #include <gperftools/malloc_extension_c.h>
 #include <gperftools/tcmalloc.h>
@@ -41,13 +42,17 @@ static large_slot *get_table(int level)
     if (t)
         return t;
     size_t bytes = ((size_t)1 << level_bits[level]) * sizeof *t;
+    int saved = errno; /* a malloc that succeeded leaves errno as it was */
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED)
+    if (m == MAP_FAILED) {
+        errno = saved;
         return NULL;
+    }
     large_slot *expect = NULL;
     if (!__atomic_compare_exchange_n(&tables[level], &expect, (large_slot *)m, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
         munmap(m, bytes); /* another thread won */
+        errno = saved;
         return expect;
     }
     return (large_slot *)m;
@@ -175,7 +180,8 @@ enum { BG_NONE, BG_THREAD, BG_CALLS };
 static int background;
 static int polling;    /* look at tcmalloc's numbers even without seeing frees */
 static uint64_t polled_held; /* free bytes at the last tick, while polling */
-static bool (*waker)(void);
+static bool (*waker)(bool start);
+static void (*soon)(void);
 
 /* Returns released below this are not worth a system call. */
 #define STEP ((uint64_t)2 << 20)
@@ -438,7 +444,9 @@ void fa_release_on_alloc(void *p, size_t n)
     }
 }
 
-void fa_release_on_free(size_t n)
+static void start_soon(void);
+
+void fa_release_on_free(size_t n, bool may_start)
 {
     uint64_t threshold = keep_bytes();
     if (__atomic_add_fetch(&shrink, n, __ATOMIC_RELAXED) <= threshold)
@@ -449,23 +457,26 @@ void fa_release_on_free(size_t n)
             release_now(threshold);
             __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
         }
-    } else if (__atomic_load_n(&background, __ATOMIC_RELAXED) != BG_THREAD) {
-        /* Large free memory is held: the background watches it from now on,
-         * or, where no thread can run, the calls themselves. */
-        bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
-        bool thread = w && w();
-        __atomic_store_n(&background, thread ? BG_THREAD : BG_CALLS, __ATOMIC_RELAXED);
-        if (!thread)
-            tick_inline();
     } else {
-        bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
-        if (w)
-            w();
+        /* Large free memory is held: the background watches it from now on,
+         * or, where no thread can run, the calls themselves.  Where this
+         * call may not start a thread, it runs the policy itself and the
+         * thread starts at the next allocation. */
+        bool (*w)(bool) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+        bool thread = w && w(may_start);
+        if (__atomic_load_n(&background, __ATOMIC_RELAXED) != BG_THREAD && (thread || may_start))
+            __atomic_store_n(&background, thread ? BG_THREAD : BG_CALLS, __ATOMIC_RELAXED);
+        if (!thread) {
+            if (!may_start && w)
+                start_soon();
+            tick_inline();
+        }
     }
     errno = saved;
 }
 
-void fa_release_set_waker(bool (*wake)(void)) { __atomic_store_n(&waker, wake, __ATOMIC_RELEASE); }
+void fa_release_set_waker(bool (*wake)(bool start)) { __atomic_store_n(&waker, wake, __ATOMIC_RELEASE); }
+void fa_release_set_soon(void (*f)(void)) { __atomic_store_n(&soon, f, __ATOMIC_RELEASE); }
 
 /* A forked child with periodic dumps starts its thread at a later call,
  * not in the fork handler. */
@@ -475,9 +486,19 @@ void fa_release_nudge(void)
 {
     if (!__atomic_load_n(&nudge_due, __ATOMIC_RELAXED) || !__atomic_exchange_n(&nudge_due, 0, __ATOMIC_ACQUIRE))
         return;
-    bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+    bool (*w)(bool) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
     if (w)
-        w();
+        w(true);
+}
+
+/* The thread starts at the next allocating call (through the host's
+ * `soon` hook), or else at the next nudge. */
+static void start_soon(void)
+{
+    fa_release_nudge_later();
+    void (*f)(void) = __atomic_load_n(&soon, __ATOMIC_ACQUIRE);
+    if (f)
+        f();
 }
 
 void fa_release_set_polling(bool on) { __atomic_store_n(&polling, on, __ATOMIC_RELAXED); }
@@ -515,8 +536,14 @@ void fa_release_advise_huge(void *p, size_t n)
 size_t fa_release_all(void)
 {
     int saved = errno;
+    /* One release at a time: each counts what tcmalloc unmapped while it
+     * ran, so two at once would both count the same bytes.  A tick under
+     * way (at most one pass of its own release) is waited for. */
+    while (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+        sched_yield();
     size_t got = release_and_count(SIZE_MAX, FA_REL_request);
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
     return got;
 }
@@ -538,7 +565,13 @@ bool fa_release_in_background(void)
 void fa_release_fork_child(void)
 {
     /* The tables stay: the child inherits the parent's live blocks.  The
-     * child has no background thread: it starts its own when it needs one. */
+     * child has no background thread: it starts its own when it needs one,
+     * at its first allocation when it inherits free memory beyond the
+     * threshold (which its parent's returns would leave to it alone).
+     * tcmalloc's fork handler, registered before ours, has run: its
+     * numbers can be read. */
+    bool inherited = background != BG_NONE && delay_ms() &&
+                     fa_tc_prop("tcmalloc.pageheap_free_bytes") > (keep_bytes() > STEP ? keep_bytes() : STEP);
     shrink = 0;
     busy = 0;
     releases = 0;
@@ -556,4 +589,6 @@ void fa_release_fork_child(void)
     inline_due_ms = 0;
     background = BG_NONE;
     fa_pressure_reset();
+    if (inherited)
+        start_soon();
 }

@@ -38,7 +38,10 @@ size_t fa_release_forget(void *p);
 /* Put back a block fa_release_forget took out (a realloc that failed, or
  * one that shrank it in place below FA_RELEASE_MIN). */
 void fa_release_remember(void *p, size_t n);
-void fa_release_on_free(size_t n);
+/* may_start: false where this call must not start the background thread
+ * (a free by the dynamic loader, loader.h); the policy then runs on this
+ * call and the thread starts at the next allocation. */
+void fa_release_on_free(size_t n, bool may_start);
 /* For tests: bytes mapped for the table of live large blocks (64 KiB for
  * the first level, 1 MiB more once the second is mapped), and the count of
  * large blocks that found no slot in it. */
@@ -54,10 +57,14 @@ uint64_t fa_release_tick(uint64_t now_ms);
 /* While the free memory held sits in a limited cgroup, look this often. */
 #define FA_RELEASE_PRESSURE_POLL_MS 100
 
-/* The background thread: `wake` starts it on first use and wakes it when it
- * sleeps; it returns false where no thread can run, and the policy then
- * runs on the allocating calls themselves. */
-void fa_release_set_waker(bool (*wake)(void));
+/* The background thread: `wake(true)` starts it on first use and wakes it
+ * when it sleeps; it returns false where no thread can run, and the policy
+ * then runs on the allocating calls themselves.  `wake(false)` only wakes
+ * a thread that runs. */
+void fa_release_set_waker(bool (*wake)(bool start));
+/* The host's hook that makes its next allocating call run
+ * fa_release_nudge (how a start this call may not make is made soon). */
+void fa_release_set_soon(void (*soon)(void));
 /* Wake the background at the next allocator call that checks (every 2^16
  * calls of a thread): how a forked child starts its periodic dumps. */
 void fa_release_nudge_later(void);

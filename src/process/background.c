@@ -160,7 +160,8 @@ static bool start_thread(void)
     return err == 0;
 }
 
-bool fa_background_wake(void)
+/* start: start the thread when none runs (else only wake one that runs). */
+static bool wake(bool start)
 {
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         return false;
@@ -179,9 +180,11 @@ bool fa_background_wake(void)
     case UNAVAILABLE:
         return false;
     default:
-        return start_thread();
+        return start && start_thread();
     }
 }
+
+bool fa_background_wake(void) { return wake(true); }
 
 static void want_interval(void)
 {
@@ -200,7 +203,7 @@ static void want_interval(void)
 
 void fa_background_start(void)
 {
-    fa_release_set_waker(fa_background_wake);
+    fa_release_set_waker(wake);
     fa_device_set_waker(fa_background_wake);
     /* The same tcmalloc serves malloc ahead of us (a start script preloaded
      * it first): no free reaches us, so the thread watches tcmalloc's own

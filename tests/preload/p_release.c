@@ -40,12 +40,30 @@
  *   p_release retire S two rounds of: a burst freed, then "helper_threads_busy
  *                      N" and "helper_threads_retired N after_ms T" once
  *                      the thread exited (or S seconds passed)
+ *   p_release tlsjoin LIB  threads use LIB's 12 MiB thread-local buffer
+ *                      (dynamic TLS, which ld.so allocates with malloc and
+ *                      frees while glibc holds its stack-cache lock), exit
+ *                      and are joined, 4 rounds of 8; prints "done"
+ *   p_release errno    the address space used up but for 1 MiB, then
+ *                      malloc(1 MiB), the process's first large block
+ *                      (tcmalloc serves it from memory it holds; the
+ *                      shim's table for it cannot be mapped): prints
+ *                      "ok 1 errno N" (0: errno left as it was)
+ *   p_release twice N  N rounds of: 32 MB freed, two threads call
+ *                      forgealloc_release at once; prints "unmapped_mb N
+ *                      returned_mb N counted_mb N"
+ *   p_release inherit S  256 MB freed, fork: the child makes one small
+ *                      allocation and sleeps S seconds (no other call):
+ *                      "child rss_start_mb N rss_end_mb N"
  *   p_release intro    mallinfo/mallinfo2, malloc_trim, mallopt,
  *                      malloc_stats, malloc_info; exit 0 when they answer
  *                      for the real allocator */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -190,6 +208,19 @@ static void burst(const char *who, double settle)
     }
     printf("%srss_end_mb %ld\n", who, rss_mb());
     fflush(stdout);
+}
+
+static void (*tls_touch)(void);
+static void *tls_user(void *arg) { return tls_touch(), arg; }
+
+static volatile int twice_go;
+static void *twice_release(void *arg)
+{
+    size_t (*release)(void) = (size_t (*)(void))dlsym(RTLD_DEFAULT, "forgealloc_release");
+    while (!__atomic_load_n(&twice_go, __ATOMIC_ACQUIRE))
+        ;
+    *(size_t *)arg = release();
+    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -385,9 +416,89 @@ int main(int argc, char **argv)
         printf("releases %llu\n", (unsigned long long)(stat_of("host.releases") - before));
         return 0;
     }
+    if (strcmp(mode, "tlsjoin") == 0) {
+        void *h = argc > 2 ? dlopen(argv[2], RTLD_NOW) : NULL;
+        tls_touch = h ? (void (*)(void))dlsym(h, "touch_tls") : NULL;
+        if (!tls_touch) {
+            fprintf(stderr, "p_release tlsjoin: %s\n", dlerror());
+            return 2;
+        }
+        for (int round = 0; round < 4; round++) {
+            pthread_t t[8];
+            for (int i = 0; i < 8; i++)
+                pthread_create(&t[i], NULL, tls_user, NULL);
+            for (int i = 0; i < 8; i++)
+                pthread_join(t[i], NULL);
+        }
+        printf("done\n");
+        return 0;
+    }
+    if (strcmp(mode, "errno") == 0) {
+        /* The process's first large block: the shim maps its table for it. */
+        struct rlimit r = {(rlim_t)4 << 30, (rlim_t)4 << 30};
+        setrlimit(RLIMIT_AS, &r);
+        char *hole = mmap(NULL, 16 * MB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        for (size_t sz = (size_t)1 << 30; sz >= 4096; sz >>= 1)
+            while (mmap(NULL, sz, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) != MAP_FAILED)
+                ;
+        munmap(hole, MB);
+        errno = 0;
+        void *p = malloc(MB);
+        int e = errno;
+        printf("ok %d errno %d\n", p != NULL, e);
+        return 0;
+    }
+    if (strcmp(mode, "twice") == 0) {
+        uint64_t unmapped = 0, returned = 0, base = stat_of("host.released_bytes");
+        for (int round = 0; round < (int)arg; round++) {
+            char *p[8];
+            for (int i = 0; i < 8; i++) {
+                p[i] = malloc(4 * MB);
+                touch(p[i], 4 * MB);
+            }
+            for (int i = 0; i < 8; i++)
+                free(p[i]);
+            uint64_t before = stat_of("host.tcmalloc.pageheap_unmapped_bytes");
+            size_t got[2] = {0, 0};
+            pthread_t t[2];
+            __atomic_store_n(&twice_go, 0, __ATOMIC_RELEASE);
+            for (int i = 0; i < 2; i++)
+                pthread_create(&t[i], NULL, twice_release, &got[i]);
+            __atomic_store_n(&twice_go, 1, __ATOMIC_RELEASE);
+            for (int i = 0; i < 2; i++)
+                pthread_join(t[i], NULL);
+            unmapped += stat_of("host.tcmalloc.pageheap_unmapped_bytes") - before;
+            returned += got[0] + got[1];
+        }
+        printf("unmapped_mb %llu returned_mb %llu counted_mb %llu\n", (unsigned long long)(unmapped / MB),
+               (unsigned long long)(returned / MB), (unsigned long long)((stat_of("host.released_bytes") - base) / MB));
+        return 0;
+    }
+    if (strcmp(mode, "inherit") == 0) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        char *p[64];
+        for (int i = 0; i < 64; i++) {
+            p[i] = malloc(4 * MB);
+            touch(p[i], 4 * MB);
+        }
+        for (int i = 0; i < 64; i++)
+            free(p[i]);
+        pid_t pid = fork();
+        if (pid == 0) {
+            long start = rss_mb();
+            free(malloc(100));
+            struct timespec ts = {(time_t)arg, 0};
+            nanosleep(&ts, NULL);
+            printf("child rss_start_mb %ld rss_end_mb %ld\n", start, rss_mb());
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
     if (strcmp(mode, "intro") == 0)
         return intro() ? 1 : 0;
     fprintf(stderr, "usage: p_release burst|fork|calls|hold|need|realloc|forkrel|threads|retire|churn16|prompt|"
-                    "churn|intro (see the comment at the top)\n");
+                    "churn|tlsjoin|errno|twice|inherit|intro (see the comment at the top)\n");
     return 2;
 }

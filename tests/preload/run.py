@@ -462,6 +462,74 @@ def case_release_exit():
             check(doc["reason"] == "exit", f"run {i}: {doc['reason']}")
 
 
+def case_release_loader_free():
+    """glibc frees a dlopen'd library's thread-local blocks from ld.so while
+    it holds its stack-cache lock (in pthread_join): a free there that moves
+    the release policy must not start the background thread (pthread_create
+    takes that lock).  The program finishes, and the thread starts later."""
+    lib = os.path.join(ARGS.bindir, "libp_bigtls_lib.so")
+    r = run([prog("p_release"), "tlsjoin", lib], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="-"),
+            timeout=60)
+    check(r.returncode == 0 and r.stdout.strip() == "done", f"status {r.returncode}: {r.stdout!r} {r.stderr[-300:]!r}")
+    doc = json.loads(r.stderr)
+    check(doc["host"]["release"]["background"] is True, "the background thread never started after the joins")
+
+
+def case_release_errno():
+    """A malloc served from memory tcmalloc holds leaves errno alone, also
+    when the shim's own table of large blocks cannot be mapped."""
+    r = run([prog("p_release"), "errno"])
+    check(r.returncode == 0 and r.stdout.strip() == "ok 1 errno 0", f"status {r.returncode}: {r.stdout!r}")
+
+
+def case_release_counted_once():
+    """Two threads releasing at once (malloc_trim, forgealloc_release) count
+    each byte tcmalloc unmapped once, in what they return and in the stats."""
+    r = run([prog("p_release"), "twice", "150"])
+    check(r.returncode == 0, r.stderr)
+    m = dict(re.findall(r"(\w+_mb) (\d+)", r.stdout))
+    check(m["unmapped_mb"] == m["returned_mb"] == m["counted_mb"] and int(m["unmapped_mb"]) > 0,
+          f"counted {m}")
+
+
+def case_release_fork_inherited():
+    """A child forked while its parent holds free memory holds it too (and
+    alone, once the parent returns its copy): the child returns it within
+    the delay after its first allocation, with no other call."""
+    r = run([prog("p_release"), "inherit", "4"], env=base_env(FORGEALLOC_RELEASE_DELAY="500ms"))
+    check(r.returncode == 0, r.stderr)
+    m = re.search(r"child rss_start_mb (\d+) rss_end_mb (\d+)", r.stdout)
+    check(m and int(m.group(1)) > 200, f"the child did not inherit the free memory: {r.stdout!r}")
+    check(int(m.group(2)) < 64, f"the child kept what it inherited: {r.stdout!r}")
+
+
+def case_release_page_cache():
+    """Page cache the kernel can drop is not memory pressure: a process in a
+    1 GiB memory cgroup that first reads an 850 MB file churns large blocks
+    with no return to the OS (Docker and the kubelet count the same)."""
+    cg = memory_cgroup()
+    if cg is None:
+        return SKIP
+    d, limit = cg
+    try:
+        with open(os.path.join(d, limit), "w") as f:
+            f.write(str(1 << 30))
+        with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+            data = os.path.join(tmp, "model.bin")
+            env = base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{tmp}/dump.json")
+            env["LD_PRELOAD"] = ARGS.lib
+            script = (f'dd if=/dev/zero of={data} bs=1M count=850 status=none && cat {data} > /dev/null && '
+                      f'exec {prog("p_release")} churn16 400')
+            r = subprocess.run(in_cgroup(d) + ["/bin/sh", "-c", script], env=env, capture_output=True, text=True,
+                               timeout=120)
+            check(r.returncode == 0, f"status {r.returncode}: {r.stderr}")
+            with open(f"{tmp}/dump.json") as f:
+                rel = json.load(f)["host"]["release"]
+            check(rel["pressure_bytes"] == 0, f"page cache taken for pressure: {rel}")
+    finally:
+        remove_cgroup(d)
+
+
 def new_cgroup(controller, v1_limit, v2_limit):
     """A fresh cgroup under ours with `controller`: (directory, limit file),
     or None with the reason printed."""

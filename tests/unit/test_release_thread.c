@@ -98,7 +98,7 @@ static void large_free(uintptr_t addr)
     size_t n = fa_release_forget((void *)addr);
     assert_true(n > 0);
     __atomic_fetch_add(&heap_free, n, __ATOMIC_RELAXED);
-    fa_release_on_free(n);
+    fa_release_on_free(n, true);
 }
 
 /* Threads of this process named "forgealloc". */
@@ -309,7 +309,7 @@ static void test_stop_while_releasing(void **state)
 
 /* Where no thread can run, the allocator calls run the policy: memory
  * idle for the delay goes back at the next large allocation. */
-static bool no_thread(void) { return false; }
+static bool no_thread(bool start) { return (void)start, false; }
 
 static void test_no_thread_falls_back_to_calls(void **state)
 {
