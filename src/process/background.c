@@ -85,6 +85,10 @@ static bool retire(unsigned seen)
 static void *thread_main(void *arg)
 {
     (void)arg;
+    /* Named by itself: glibc names another thread through a file in /proc,
+     * which would open a descriptor in the program for a moment (one a
+     * concurrent fork could carry into its child). */
+    pthread_setname_np(pthread_self(), "forgealloc");
     for (;;) {
         unsigned seen = __atomic_load_n(&word, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
@@ -148,8 +152,6 @@ static bool start_thread(void)
     int err = pthread_create(&t, &attr, thread_main, NULL);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err == 0)
-        pthread_setname_np(t, "forgealloc");
     start_error = err;
     __atomic_store_n(&state, err == 0 ? RUNNING : UNAVAILABLE, __ATOMIC_RELEASE);
     errno = saved;
