@@ -6,6 +6,7 @@
 Each case is a function below; ctest runs one case per test.  Exit status
 0 = pass, 1 = fail (with the reason printed), 77 = skipped (ctest's
 SKIP_RETURN_CODE), e.g. PyTorch not installed."""
+import contextlib
 import difflib
 import fcntl
 import glob
@@ -507,13 +508,9 @@ def case_release_page_cache():
     """Page cache the kernel can drop is not memory pressure: a process in a
     1 GiB memory cgroup that first reads an 850 MB file churns large blocks
     with no return to the OS (Docker and the kubelet count the same)."""
-    cg = memory_cgroup()
-    if cg is None:
-        return SKIP
-    d, limit = cg
-    try:
-        with open(os.path.join(d, limit), "w") as f:
-            f.write(str(1 << 30))
+    with limited_cgroup("memory", 1 << 30) as d:
+        if d is None:
+            return SKIP
         with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
             data = os.path.join(tmp, "model.bin")
             env = base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{tmp}/dump.json")
@@ -526,8 +523,6 @@ def case_release_page_cache():
             with open(f"{tmp}/dump.json") as f:
                 rel = json.load(f)["host"]["release"]
             check(rel["pressure_bytes"] == 0, f"page cache taken for pressure: {rel}")
-    finally:
-        remove_cgroup(d)
 
 
 def new_cgroup(controller, v1_limit, v2_limit):
@@ -561,17 +556,29 @@ def new_cgroup(controller, v1_limit, v2_limit):
     return None
 
 
-def memory_cgroup():
-    return new_cgroup("memory", "memory.limit_in_bytes", "memory.max")
+CGROUP_LIMITS = {"memory": ("memory.limit_in_bytes", "memory.max"), "pids": ("pids.max", "pids.max")}
 
 
-def remove_cgroup(d):
-    for _ in range(50):
-        try:
-            os.rmdir(d)
-            return
-        except OSError:
-            time.sleep(0.1)
+@contextlib.contextmanager
+def limited_cgroup(controller, limit):
+    """A fresh cgroup of `controller` with its limit set, removed afterwards;
+    None (the reason printed) where none can be made here."""
+    cg = new_cgroup(controller, *CGROUP_LIMITS[controller])
+    if cg is None:
+        yield None
+        return
+    d, limit_file = cg
+    try:
+        with open(os.path.join(d, limit_file), "w") as f:
+            f.write(str(limit))
+        yield d
+    finally:
+        for _ in range(50):
+            try:
+                os.rmdir(d)
+                break
+            except OSError:
+                time.sleep(0.1)
 
 
 def in_cgroup(d):
@@ -585,13 +592,9 @@ def case_release_nothread():
     call, the dump says so, and asking for periodic dumps says in one line
     why there are none and what to do.  Control: the same run outside the
     cgroup settles before that call, from the background thread."""
-    cg = new_cgroup("pids", "pids.max", "pids.max")
-    if cg is None:
-        return SKIP
-    d, limit = cg
-    try:
-        with open(os.path.join(d, limit), "w") as f:
-            f.write("1")
+    with limited_cgroup("pids", 1) as d:
+        if d is None:
+            return SKIP
         with tempfile.TemporaryDirectory() as tmp:
             def calls(cmd, **extra):
                 env = base_env(FORGEALLOC_RELEASE_DELAY="200ms", FORGEALLOC_STATS="json",
@@ -619,8 +622,6 @@ def case_release_nothread():
             check(doc["host"]["release"]["background"] is True, "control: no background thread outside the cgroup")
             check(mb["rss_before_call_mb"] <= mb["rss_start_mb"] + 64,
                   f"control: the thread did not settle the process before the call: {mb}")
-    finally:
-        remove_cgroup(d)
 
 
 def case_release_pressure():
@@ -628,13 +629,9 @@ def case_release_pressure():
     60 s delay; process B then needs 400 MB in the same cgroup, limited to
     700 MB.  A gives its free memory back and nobody is killed.  Control:
     with FORGEALLOC_RELEASE_PRESSURE=0 the same pair runs into the limit."""
-    cg = memory_cgroup()
-    if cg is None:
-        return SKIP
-    d, limit = cg
-    try:
-        with open(os.path.join(d, limit), "w") as f:
-            f.write(str(700 << 20))
+    with limited_cgroup("memory", 700 << 20) as d:
+        if d is None:
+            return SKIP
         enter = in_cgroup(d)
 
         def pair(pressure):
@@ -657,8 +654,6 @@ def case_release_pressure():
         line, a_rc, _, b_rc, _ = pair("0")
         check(a_rc != 0 or b_rc != 0,
               "control: without the pressure path both fit under the limit; the test does not test anything")
-    finally:
-        remove_cgroup(d)
 
 
 def case_introspection():
