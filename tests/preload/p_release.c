@@ -102,6 +102,18 @@ static uint64_t stat_of(const char *key)
     return v;
 }
 
+/* n blocks of 4 MB allocated, every page written, all freed. */
+static void free_burst(int n)
+{
+    char *b[64];
+    for (int i = 0; i < n; i++) {
+        b[i] = malloc(4 * MB);
+        touch(b[i], 4 * MB);
+    }
+    for (int i = 0; i < n; i++)
+        free(b[i]);
+}
+
 static int failures;
 #define CHECK(cond)                                                               \
     do {                                                                          \
@@ -293,13 +305,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "forkrel") == 0) {
         for (int round = 0; round < (int)arg; round++) {
-            char *b[40];
-            for (int i = 0; i < 40; i++) {
-                b[i] = malloc(4 * MB);
-                touch(b[i], 4 * MB);
-            }
-            for (int i = 0; i < 40; i++)
-                free(b[i]);
+            free_burst(40);
             struct timespec ts = {0, (round % 7) * 3000000L};
             nanosleep(&ts, NULL);
             pid_t pid = fork();
@@ -451,13 +457,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "twice") == 0) {
         uint64_t unmapped = 0, returned = 0, base = stat_of("host.released_bytes");
         for (int round = 0; round < (int)arg; round++) {
-            char *p[8];
-            for (int i = 0; i < 8; i++) {
-                p[i] = malloc(4 * MB);
-                touch(p[i], 4 * MB);
-            }
-            for (int i = 0; i < 8; i++)
-                free(p[i]);
+            free_burst(8);
             uint64_t before = stat_of("host.tcmalloc.pageheap_unmapped_bytes");
             size_t got[2] = {0, 0};
             pthread_t t[2];
@@ -476,13 +476,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "inherit") == 0) {
         setvbuf(stdout, NULL, _IOLBF, 0);
-        char *p[64];
-        for (int i = 0; i < 64; i++) {
-            p[i] = malloc(4 * MB);
-            touch(p[i], 4 * MB);
-        }
-        for (int i = 0; i < 64; i++)
-            free(p[i]);
+        free_burst(64);
         pid_t pid = fork();
         if (pid == 0) {
             long start = rss_mb();
