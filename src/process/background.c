@@ -69,8 +69,7 @@ static void futex_wake(void)
 static uint64_t earliest(uint64_t a, uint64_t b) { return a == 0 ? b : b == 0 ? a : a < b ? a : b; }
 
 /* Nothing is due: leave the state IDLE for the next wake to start a new
- * thread.  False if a wake came since `seen` and this thread takes it (or
- * the state was not RUNNING yet: the starter has not finished). */
+ * thread.  False if a wake came since `seen` and this thread takes it. */
 static bool retire(unsigned seen)
 {
     int expect = RUNNING;
@@ -89,6 +88,10 @@ static void *thread_main(void *arg)
      * which would open a descriptor in the program for a moment (one a
      * concurrent fork could carry into its child). */
     pthread_setname_np(pthread_self(), "forgealloc");
+    /* Running from here: a first tick that finds nothing due may retire
+     * before the starter is back from pthread_create. */
+    int expect = STARTING;
+    __atomic_compare_exchange_n(&state, &expect, RUNNING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     for (;;) {
         unsigned seen = __atomic_load_n(&word, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
@@ -153,7 +156,12 @@ static bool start_thread(void)
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     start_error = err;
-    __atomic_store_n(&state, err == 0 ? RUNNING : UNAVAILABLE, __ATOMIC_RELEASE);
+    if (err) {
+        __atomic_store_n(&state, UNAVAILABLE, __ATOMIC_RELEASE);
+    } else { /* unless the thread got there first (and may have retired since) */
+        expect = STARTING;
+        __atomic_compare_exchange_n(&state, &expect, RUNNING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
     errno = saved;
     if (err)
         fa_info("cannot start the background thread (%s); freed memory is returned on allocator calls and "

@@ -262,6 +262,46 @@ static void test_retire_and_restart(void **state)
     assert_int_equal(helper_threads(), 0);
 }
 
+/* pthread_create as the thread sees it (linked with --wrap): with
+ * `slow_creator` set, the creator is slow to come back, and the memory
+ * freed was taken again meanwhile (by another of the program's threads), so
+ * the new thread's first tick finds nothing to watch. */
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+static int slow_creator;
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+    if (!__atomic_load_n(&slow_creator, __ATOMIC_RELAXED))
+        return __real_pthread_create(t, a, fn, arg);
+    __atomic_store_n(&heap_free, 0, __ATOMIC_RELAXED);
+    int err = __real_pthread_create(t, a, fn, arg);
+    sleep_ms(300);
+    return err;
+}
+
+/* A thread with nothing to do from its first tick retires even while its
+ * creator is still inside pthread_create; it does not sleep on with no
+ * deadline, holding a thread of the program. */
+static void test_retire_before_creator_returns(void **state)
+{
+    (void)state;
+    load("300ms", "32M");
+    fa_background_start();
+    __atomic_store_n(&slow_creator, 1, __ATOMIC_RELAXED);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_alloc((i + 1) << 36, 4 * MB);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_free((i + 1) << 36);
+    __atomic_store_n(&slow_creator, 0, __ATOMIC_RELAXED);
+    assert_int_equal(helper_threads_become(0), 0);
+    /* The next frees start a thread again, and it does its work. */
+    __atomic_store_n(&heap_free, 200 * MB, __ATOMIC_RELAXED);
+    fa_release_on_free(200 * MB, true);
+    for (int ms = 0; ms < 3000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 32 * MB; ms += 20)
+        sleep_ms(20);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
+}
+
 /* A program that frees a large working set, sits still a while and needs
  * it again (a text encoder moved to the host for each prompt): the first
  * cycles pay for a return, then the hold grows past the cycle and the
@@ -357,6 +397,12 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_retire_and_restart),
         };
         return cmocka_run_group_tests(retire, NULL, NULL);
+    }
+    if (argc > 1 && strcmp(argv[1], "starting") == 0) {
+        const struct CMUnitTest starting[] = {
+            cmocka_unit_test(test_retire_before_creator_returns),
+        };
+        return cmocka_run_group_tests(starting, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idle_settles),
