@@ -19,6 +19,15 @@ static size_t mount_len; /* the part of dir that is the mount point */
 static char dir[DIR_MAX];
 static int lock;
 
+/* The files are read into these rather than onto the stack: the tick may
+ * run on any thread of the program (one with a small stack) when no thread
+ * of ours can.  One caller at a time, as for the limits below. */
+static struct {
+    char text[2048]; /* /proc/self/cgroup while searching; memory.stat, /proc/meminfo */
+    char path[DIR_MAX + 40];
+    char cand[DIR_MAX]; /* a mount's candidate directory */
+} scratch;
+
 static bool parse_u64(const char *s, uint64_t *out)
 {
     uint64_t v = 0;
@@ -173,12 +182,11 @@ struct cgroup_search {
 static bool try_mount(char *line, void *arg)
 {
     const struct cgroup_search *c = arg;
-    char cand[DIR_MAX];
+    char *cand = scratch.cand, *probe = scratch.path, tmp[8];
     bool v1;
     size_t ml;
-    if (!fa_pressure_cgroup_dir(c->proc_cgroup, line, cand, sizeof cand, &v1, &ml))
+    if (!fa_pressure_cgroup_dir(c->proc_cgroup, line, cand, sizeof scratch.cand, &v1, &ml))
         return true;
-    char probe[DIR_MAX + 32], tmp[8];
     size_t cl = strlen(cand);
     memcpy(probe, cand, cl);
     strcpy(probe + cl, v1 ? "/memory.limit_in_bytes" : "/memory.max");
@@ -195,9 +203,9 @@ static bool try_mount(char *line, void *arg)
  * controller is enabled there (memory.max exists). */
 static void find_cgroup(void)
 {
-    char cg[2048];
+    char *cg = scratch.text;
     struct cgroup_search c = {.proc_cgroup = cg};
-    if (fa_read_file("/proc/self/cgroup", cg, sizeof cg) > 0)
+    if (fa_read_file("/proc/self/cgroup", cg, sizeof scratch.text) > 0)
         fa_read_lines("/proc/self/mountinfo", try_mount, &c);
     if (state != 1)
         state = 2;
@@ -216,9 +224,9 @@ static void ensure_found(void)
 
 static bool read_text(const char *d, size_t dl, const char *name, char *text, size_t cap)
 {
-    char path[DIR_MAX + 40];
+    char *path = scratch.path;
     size_t nl = strlen(name);
-    if (dl + 1 + nl + 1 > sizeof path)
+    if (dl + 1 + nl + 1 > sizeof scratch.path)
         return false;
     memcpy(path, d, dl);
     path[dl] = '/';
@@ -254,9 +262,9 @@ static bool read_usage(const char *d, size_t dl, uint64_t *out)
 {
     if (!read_value(d, dl, is_v1 ? "memory.usage_in_bytes" : "memory.current", out))
         return false;
-    char stat[2048]; /* the key is within the first 1 KiB of either version's file */
+    char *stat = scratch.text; /* the key is within the first 1 KiB of either version's file */
     uint64_t inactive;
-    if (read_text(d, dl, "memory.stat", stat, sizeof stat) &&
+    if (read_text(d, dl, "memory.stat", stat, sizeof scratch.text) &&
         fa_pressure_parse_stat(stat, is_v1 ? "total_inactive_file" : "inactive_file", &inactive))
         *out = *out > inactive ? *out - inactive : 0;
     return true;
@@ -326,9 +334,9 @@ uint64_t fa_pressure_headroom(bool *cgroup_limited)
     ensure_found();
     uint64_t best = state == 1 ? cgroup_headroom() : UINT64_MAX;
     *cgroup_limited = best != UINT64_MAX;
-    char mi[2048];
+    char *mi = scratch.text;
     uint64_t avail;
-    if (fa_read_file("/proc/meminfo", mi, sizeof mi) > 0 && fa_pressure_parse_meminfo(mi, &avail) && avail < best)
+    if (fa_read_file("/proc/meminfo", mi, sizeof scratch.text) > 0 && fa_pressure_parse_meminfo(mi, &avail) && avail < best)
         best = avail;
     return best;
 }

@@ -3,8 +3,9 @@
  * memory.max and memory.current; v1 memory.limit_in_bytes and
  * memory.usage_in_bytes, less the inactive page cache in memory.stat; the
  * cgroup and each ancestor up to the root of the mount) and the machine's
- * MemAvailable.  Files are read with read(2) into
- * stack buffers: callable from any thread, never allocates. */
+ * MemAvailable.  Files are read with read(2) into static buffers: one
+ * caller at a time (the release policy's tick), on any thread, with little
+ * of its stack; never allocates. */
 #ifndef FA_PRESSURE_H
 #define FA_PRESSURE_H
 
