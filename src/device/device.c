@@ -1127,46 +1127,27 @@ void fa_device_fill(struct fa_snapshot *s)
     }
 }
 
-/* Only where CUDA was used: other processes keep fork as cheap as before. */
-static bool fork_locks;
-
-void fa_device_fork_prepare(void)
-{
-    fork_locks = __atomic_load_n(&cuda_seen, __ATOMIC_RELAXED);
-    if (!fork_locks)
-        return;
-    for (int dev = 0; dev < FA_MAX_DEVICES; dev++)
-        pthread_mutex_lock(&devs[dev].lock);
-    pthread_mutex_lock(&map_lock);
-}
-
-void fa_device_fork_parent(void)
-{
-    if (!fork_locks)
-        return;
-    pthread_mutex_unlock(&map_lock);
-    for (int dev = FA_MAX_DEVICES - 1; dev >= 0; dev--)
-        pthread_mutex_unlock(&devs[dev].lock);
-}
-
+/* No lock is taken before fork: the shim holds a device's lock while it
+ * calls the runtime (a pool growing), and a runtime loaded after the shim
+ * (dlopen, as Python loads torch) holds its own lock across fork, in a
+ * handler that runs before ours: waiting here for a device's lock would
+ * deadlock with the thread inside.  The child needs no consistent state:
+ * CUDA cannot be used across fork, so it starts with no pools and leaves
+ * the parent's tables untouched (what another thread may have been
+ * changing is never walked or freed; the pages stay shared with the
+ * parent). */
 void fa_device_fork_child(void)
 {
     fa_cudart_fork_child();
-    /* CUDA contexts do not survive fork: the child starts with no pools
-     * and counts its own calls. */
-    if (!fork_locks)
-        return;
-    pthread_mutex_init(&map_lock, NULL);
+    map_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
         devstate *d = &devs[dev];
         d->lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
-        pthread_cond_init(&d->settled, NULL);
+        d->settled = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
         if (!d->used && d->state == UNTOUCHED)
             continue;
-        if (d->kind == KIND_VMM)
-            fa_vm_destroy(&d->vm); /* host tables only: the mappings were the parent's context's */
-        else
-            fa_pool_clear(&d->pool);
+        memset(&d->vm, 0, sizeof d->vm);
+        fa_pool_init(&d->pool, d->pool.chunk_size);
         d->state = UNTOUCHED;
         d->kind = KIND_NONE;
         d->vm_base = d->vm_bytes = 0;
@@ -1177,7 +1158,7 @@ void fa_device_fork_child(void)
         d->bound_retry = 0;
         memset(&d->st, 0, sizeof d->st);
     }
-    fa_ptrmap_clear(&fallback);
+    fallback = (fa_ptrmap){0};
     memset(passthrough, 0, sizeof passthrough);
     captures = 0;
     cuda_seen = 0;

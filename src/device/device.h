@@ -43,8 +43,7 @@ void fa_device_capture_ended(fa_cuda_error r);
 
 /* Fill the device part of a snapshot without taking locks (signal-safe). */
 void fa_device_fill(struct fa_snapshot *s);
-void fa_device_fork_prepare(void);
-void fa_device_fork_parent(void);
+/* In the child after fork (nothing is taken before it: see device.c). */
 void fa_device_fork_child(void);
 
 #endif

@@ -210,6 +210,19 @@ def case_loader_lock():
     ok(r, "cudaMalloc in a library constructor while another thread makes the first call")
 
 
+def case_fork():
+    """Forks while another thread allocates, with the runtime loaded after
+    the shim (its fork handler holds the runtime's lock across fork)."""
+    try:
+        r = run(["200"], prog="d_fork", timeout=90)
+    except subprocess.TimeoutExpired:
+        check(False, "fork while another thread allocated device memory deadlocked")
+        return
+    ok(r, "fork while another thread allocates device memory")
+    m = metrics(r)
+    check(m.get("forks") == 200 and m.get("worker_iters", 0) > 0, f"nothing allocated meanwhile: {r.stdout}")
+
+
 def case_missing_runtime():
     r = run([], prog="d_missing")
     check(r.returncode == 0 and r.stdout.strip() == "3 3 3", f"no runtime: {r.returncode} {r.stdout!r}")
