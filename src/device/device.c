@@ -190,10 +190,12 @@ static fa_cuda_error drv_malloc(const fa_cudart *rt, devstate *d, void **p, size
     return r;
 }
 
-static fa_cuda_error drv_free(const fa_cudart *rt, devstate *d, void *p)
+/* cudaFree, or with `async` cudaFreeAsync on stream s. */
+static fa_cuda_error drv_free(const fa_cudart *rt, devstate *d, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
+                              fa_cuda_stream s)
 {
     uint64_t t0 = now_ns();
-    fa_cuda_error r = rt->cudaFree(p);
+    fa_cuda_error r = async ? async(p, s) : rt->cudaFree(p);
     ST_ADD(d, driver_ns, now_ns() - t0);
     ST_ADD(d, driver_free_calls, 1);
     return r;
@@ -515,7 +517,7 @@ static bool chunks_reserve(const fa_cudart *rt, devstate *d, int dev, uint64_t t
         if (fa_pool_add_chunk(&d->pool, (uintptr_t)got[i]))
             added++;
         else
-            drv_free(rt, d, got[i]);
+            drv_free(rt, d, got[i], NULL, NULL);
     }
     pthread_mutex_unlock(&d->lock);
     free(got);
@@ -598,7 +600,7 @@ static bool grow_pool(const fa_cudart *rt, devstate *d)
     pthread_mutex_unlock(&d->lock);
     if (!ok) {
         clear = error_clear(rt);
-        if (drv_free(rt, d, p) != 0)
+        if (drv_free(rt, d, p, NULL, NULL) != 0)
             absorb(rt, clear); /* already gone with the reset */
     }
     return ok;
@@ -738,7 +740,7 @@ static bool give_back(const fa_cudart *rt, devstate *d, int dev)
     sync_stats(d);
     pthread_mutex_unlock(&d->lock);
     if (chunk)
-        drv_free(rt, d, (void *)base);
+        drv_free(rt, d, (void *)base, NULL, NULL);
     return any;
 }
 
@@ -858,30 +860,44 @@ static void bound_sync_done(devstate *d, bool synced)
     pthread_mutex_unlock(&d->lock);
 }
 
-fa_cuda_error fa_device_free(void *p)
+/* A pointer inside the pool that is no live block (double free, interior
+ * pointer) is refused with cudaErrorInvalidValue, and that error is left
+ * as the runtime's last error, as the driver's refusal would be: a
+ * cudaMalloc with no place for the pointer fails just so and does nothing. */
+static fa_cuda_error refuse(const fa_cudart *rt)
 {
-    const fa_cudart *rt = runtime("cudaFree");
-    if (!rt->cudaFree)
-        return FA_CUDA_ERROR_INITIALIZATION;
-    if (!p)
-        return rt->cudaFree(p); /* cudaFree(NULL) creates the context: the driver's business */
+    if (rt->cudaMalloc)
+        rt->cudaMalloc(NULL, 1);
+    return FA_CUDA_ERROR_INVALID_VALUE;
+}
+
+/* cudaFree (async NULL) or cudaFreeAsync of p (not NULL).  A pool block
+ * waits in quarantine until the next device synchronisation, which covers
+ * the work any stream queued before the free, so both are served alike. */
+static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
+                                fa_cuda_stream s)
+{
     int full;
     int res = pool_free((uintptr_t)p, &full);
     if (full >= 0) /* leaves no error behind, succeeds or not */
         bound_sync_done(&devs[full], sync_device(rt, &devs[full], full));
-    /* Inside the pool but not a live block (double free, interior pointer):
-     * the driver must never see it, it would free a chunk or refuse. */
+    /* Inside the pool but not a live block: the driver must never see it,
+     * it would free a chunk or refuse. */
     if (res != FA_VM_NOT_OURS)
-        return res == FA_VM_FREED ? 0 : FA_CUDA_ERROR_INVALID_VALUE;
+        return res == FA_VM_FREED ? 0 : refuse(rt);
     int dev;
     size_t size;
     pthread_mutex_lock(&map_lock);
     bool ours = fa_ptrmap_take(&fallback, (uintptr_t)p, &dev, &size);
     pthread_mutex_unlock(&map_lock);
-    if (!ours)
-        return rt->cudaFree(p); /* not from cudaMalloc through us: unchanged */
+    if (!ours) { /* not from cudaMalloc through us: unchanged */
+        if (!async)
+            return rt->cudaFree(p);
+        fa_device_count(FA_PT_cudaFreeAsync);
+        return async(p, s);
+    }
     devstate *d = &devs[dev];
-    fa_cuda_error r = drv_free(rt, d, p);
+    fa_cuda_error r = drv_free(rt, d, p, async, s);
     if (r != 0) {
         pthread_mutex_lock(&map_lock);
         fa_ptrmap_put(&fallback, (uintptr_t)p, dev, size);
@@ -894,6 +910,29 @@ fa_cuda_error fa_device_free(void *p)
     sync_stats(d);
     pthread_mutex_unlock(&d->lock);
     return r;
+}
+
+fa_cuda_error fa_device_free(void *p)
+{
+    const fa_cudart *rt = runtime("cudaFree");
+    if (!rt->cudaFree)
+        return FA_CUDA_ERROR_INITIALIZATION;
+    if (!p)
+        return rt->cudaFree(p); /* cudaFree(NULL) creates the context: the driver's business */
+    return free_block(rt, p, NULL, NULL);
+}
+
+fa_cuda_error fa_device_free_async(void *p, fa_cuda_stream s, bool ptsz)
+{
+    const fa_cudart *rt = runtime(ptsz ? "cudaFreeAsync_ptsz" : "cudaFreeAsync");
+    fa_cuda_error (*async)(void *, fa_cuda_stream) = ptsz ? rt->cudaFreeAsync_ptsz : rt->cudaFreeAsync;
+    if (!async)
+        return FA_CUDA_ERROR_INITIALIZATION;
+    if (!p) {
+        fa_device_count(FA_PT_cudaFreeAsync);
+        return async(p, s);
+    }
+    return free_block(rt, p, async, s);
 }
 
 fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b)

@@ -14,6 +14,9 @@ struct fa_cudart;
 
 fa_cuda_error fa_device_malloc(void **p, size_t n);
 fa_cuda_error fa_device_free(void *p);
+/* cudaFreeAsync (ptsz: its per-thread default stream name): pool blocks
+ * are the pool's to free, everything else goes to the runtime. */
+fa_cuda_error fa_device_free_async(void *p, fa_cuda_stream s, bool ptsz);
 fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b);
 fa_cuda_error fa_device_reset(void);
 fa_cuda_error fa_device_synchronize(void);

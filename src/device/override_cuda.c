@@ -14,6 +14,8 @@
 
 FA_EXPORT fa_cuda_error cudaMalloc(void **p, size_t n) { return fa_device_malloc(p, n); }
 FA_EXPORT fa_cuda_error cudaFree(void *p) { return fa_device_free(p); }
+FA_EXPORT fa_cuda_error cudaFreeAsync(void *p, fa_cuda_stream s) { return fa_device_free_async(p, s, false); }
+FA_EXPORT fa_cuda_error cudaFreeAsync_ptsz(void *p, fa_cuda_stream s) { return fa_device_free_async(p, s, true); }
 FA_EXPORT fa_cuda_error cudaMemGetInfo(size_t *free_b, size_t *total_b) { return fa_device_mem_get_info(free_b, total_b); }
 FA_EXPORT fa_cuda_error cudaDeviceReset(void) { return fa_device_reset(); }
 FA_EXPORT fa_cuda_error cudaDeviceSynchronize(void) { return fa_device_synchronize(); }
@@ -35,8 +37,6 @@ FA_EXPORT fa_cuda_error cudaDeviceEnablePeerAccess(int peer, unsigned flags)
     }
 FA_PASS(FA_PT_cudaMallocAsync, cudaMallocAsync, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
 FA_PASS(FA_PT_cudaMallocAsync, cudaMallocAsync_ptsz, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
-FA_PASS(FA_PT_cudaFreeAsync, cudaFreeAsync, (void *p, fa_cuda_stream s), (p, s))
-FA_PASS(FA_PT_cudaFreeAsync, cudaFreeAsync_ptsz, (void *p, fa_cuda_stream s), (p, s))
 FA_PASS(FA_PT_cudaMallocHost, cudaMallocHost, (void **p, size_t n), (p, n))
 FA_PASS(FA_PT_cudaHostAlloc, cudaHostAlloc, (void **p, size_t n, unsigned flags), (p, n, flags))
 FA_PASS(FA_PT_cudaFreeHost, cudaFreeHost, (void *p), (p))

@@ -575,10 +575,13 @@ static int errors(void)
     unsigned char *b = dmalloc(MiB);
     memset(b, 7, MiB);
     CHECK(cudaFree(a + 512) == cudaErrorInvalidValue); /* interior pointer */
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);  /* left as the driver's refusal leaves it */
+    CHECK(cudaGetLastError() == cudaSuccess);
     CHECK(cudaFree(a) == cudaSuccess);
     CHECK(cudaFree(a) == cudaErrorInvalidValue); /* double free: refused, the chunk survives */
     CHECK(fakecuda_used(0) >= stat_of("device.0.pool_bytes"));
     CHECK(b[0] == 7 && b[MiB - 1] == 7);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
     CHECK(cudaGetLastError() == cudaSuccess);
     void *z = (void *)1;
     CHECK(cudaMalloc(&z, 0) == cudaSuccess && z == NULL); /* size 0: the driver's answer */
@@ -643,6 +646,50 @@ static int passthrough(void)
     CHECK(stat_of("device.passthrough.cudaMallocPitch") == 1);
     CHECK(stat_of("device.passthrough.cudaMallocAsync") == 1);
     CHECK(stat_of("device.passthrough.cudaFreeAsync") == 1);
+    return failures;
+}
+
+/* ---- cudaFreeAsync of cudaMalloc's memory ---------------------------------------------------------- */
+
+/* CUDA takes cudaFreeAsync for memory from cudaMalloc too.  A pool block
+ * is the pool's to free: handed to the driver it would free a whole chunk
+ * under its neighbours (or be refused).  Work queued on the stream before
+ * the free still lands in the block, never in its next owner's data. */
+static int free_async(void)
+{
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    unsigned char *a = dmalloc(MiB);
+    unsigned char *b = dmalloc(MiB);
+    memset(b, 7, MiB);
+    CHECK(fakecuda_enqueue_fill(s, a, 1, MiB) == cudaSuccess);
+    CHECK(cudaFreeAsync(a, s) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(b[0] == 7 && b[MiB - 1] == 7); /* the neighbour is intact */
+    unsigned char *c[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = dmalloc(MiB);
+        memset(c[i], 9, MiB);
+    }
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    for (int i = 0; i < 8; i++)
+        CHECK(c[i][0] == 9 && c[i][MiB - 1] == 9); /* not the freed block's queued fill */
+    CHECK(cudaFreeAsync(a, s) == cudaErrorInvalidValue); /* freed twice: refused, as by cudaFree */
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    /* Larger than a chunk: the driver's block in the chunk pool, a piece of
+     * the pool's otherwise; either way it is freed and forgotten. */
+    void *big = dmalloc(100 * MiB);
+    uint64_t frees = stat_of("device.0.frees");
+    CHECK(cudaFreeAsync(big, s) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(stat_of("device.0.frees") == frees + 1);
+    CHECK(stat_of("device.0.in_use_bytes") == 9 * MiB);
+    CHECK(cudaFreeAsync(NULL, s) == cudaSuccess);
+    CHECK(stat_of("device.passthrough.cudaFreeAsync") == 1); /* only the NULL went to the runtime unchanged */
+    for (int i = 0; i < 8; i++)
+        CHECK(cudaFree(c[i]) == cudaSuccess);
+    CHECK(cudaFree(b) == cudaSuccess);
+    cudaStreamDestroy(s);
     return failures;
 }
 
@@ -884,6 +931,8 @@ int main(int argc, char **argv)
         return capture() ? 1 : 0;
     if (strcmp(mode, "passthrough") == 0)
         return passthrough() ? 1 : 0;
+    if (strcmp(mode, "free_async") == 0)
+        return free_async() ? 1 : 0;
     if (strcmp(mode, "blind") == 0)
         return blind() ? 1 : 0;
     if (strcmp(mode, "blind_nomalloc") == 0)
@@ -901,7 +950,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
-                    "|reset_race|errors|capture|passthrough|blind|frag|pressure|peer|large|kind|giveback [S]\n"
+                    "|reset_race|errors|capture|passthrough|free_async|blind|frag|pressure|peer|large|kind|giveback [S]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;
 }
