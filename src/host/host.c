@@ -420,6 +420,11 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
         errno = ENOMEM;
         return NULL;
     }
+    /* Another allocator serves malloc, without a reallocarray of its own:
+     * like glibc's, this one reaches its realloc. */
+    void *(*other)(void *, size_t) = __atomic_load_n(&fa_host_other_realloc, __ATOMIC_ACQUIRE);
+    if (other)
+        return other(p, total);
     fa_stats_alloc(FA_CALL_reallocarray, total);
     return realloc_counted(p, total, "reallocarray", caller);
 }

@@ -38,6 +38,10 @@ size_t fa_host_usable_size(void *p);
 void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller);
 /* operator delete: size 0 = unsized; align 0 = default alignment. */
 void fa_host_delete(void *p, size_t size, size_t align);
+/* At start, once it is known who serves malloc: whether the program (or an
+ * allocator ahead of forgealloc) replaces some operator new/delete, so the
+ * forms forgealloc serves must call the replacements (override_cxx.cc). */
+void fa_host_cxx_check(void);
 
 /* glibc introspection answered for tcmalloc. */
 struct mallinfo2;

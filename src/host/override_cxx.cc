@@ -2,32 +2,115 @@
 // (plain, sized, aligned, nothrow: 8 new + 12 delete), each a one-line
 // forward to the host core.  The new-handler and std::bad_alloc are
 // tcmalloc's tc_new family's job (called from fa_host_new).
+//
+// A program may replace some of these itself (the standard allows
+// replacing just operator new(size_t) and operator delete(void *)), and
+// an allocator preloaded ahead of forgealloc may define only some.  The
+// forms left to forgealloc must then reach the replacements as libstdc++'s
+// do: each derived form calls its parent (new[] -> new, sized delete ->
+// delete, nothrow new -> new inside a try, ...), found where the loader
+// finds it.  fa_host_cxx_check decides that once, at start.
 #include <cstddef>
+#include <dlfcn.h>
 #include <new>
 
 #include "../core/export.h"
 #include "host.h"
+#include "served.h"
 
 #define AL(a) static_cast<std::size_t>(a)
 
-FA_EXPORT void *operator new(std::size_t n) { return fa_host_new(n, 0, false, FA_CALLER); }
-FA_EXPORT void *operator new[](std::size_t n) { return fa_host_new(n, 0, false, FA_CALLER); }
-FA_EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return fa_host_new(n, 0, true, FA_CALLER); }
-FA_EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return fa_host_new(n, 0, true, FA_CALLER); }
-FA_EXPORT void *operator new(std::size_t n, std::align_val_t a) { return fa_host_new(n, AL(a), false, FA_CALLER); }
-FA_EXPORT void *operator new[](std::size_t n, std::align_val_t a) { return fa_host_new(n, AL(a), false, FA_CALLER); }
-FA_EXPORT void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept { return fa_host_new(n, AL(a), true, FA_CALLER); }
-FA_EXPORT void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept { return fa_host_new(n, AL(a), true, FA_CALLER); }
+namespace {
+// The parents of the derived forms, as the global lookup finds them.
+struct parents {
+    void *(*nw)(std::size_t);
+    void *(*nwa)(std::size_t);
+    void (*del)(void *);
+    void (*dela)(void *);
+    void *(*nw_al)(std::size_t, std::align_val_t);
+    void *(*nwa_al)(std::size_t, std::align_val_t);
+    void (*del_al)(void *, std::align_val_t);
+    void (*dela_al)(void *, std::align_val_t);
+};
+parents parent;
+bool replaced; // some parent is not ours: derived forms call their parents
 
+template <typename F, typename... A> void *try_new(F f, A... a) noexcept
+{
+    try {
+        return f(a...);
+    } catch (...) {
+        return nullptr;
+    }
+}
+} // namespace
+
+#define REPLACED __builtin_expect(__atomic_load_n(&replaced, __ATOMIC_RELAXED), 0)
+
+extern "C" void fa_host_cxx_check(void)
+{
+    static const char *const names[] = {"_Znwm",  "_Znam",  "_ZnwmSt11align_val_t",  "_ZnamSt11align_val_t",
+                                        "_ZdlPv", "_ZdaPv", "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t"};
+    void *f[8];
+    bool ours = true;
+    for (int i = 0; i < 8; i++) {
+        f[i] = dlsym(RTLD_DEFAULT, names[i]);
+        if (!f[i])
+            return; // cannot forward: keep serving every form here
+        ours = ours && fa_host_defines_first(names[i]);
+    }
+    if (ours)
+        return;
+    parent.nw = reinterpret_cast<void *(*)(std::size_t)>(f[0]);
+    parent.nwa = reinterpret_cast<void *(*)(std::size_t)>(f[1]);
+    parent.nw_al = reinterpret_cast<void *(*)(std::size_t, std::align_val_t)>(f[2]);
+    parent.nwa_al = reinterpret_cast<void *(*)(std::size_t, std::align_val_t)>(f[3]);
+    parent.del = reinterpret_cast<void (*)(void *)>(f[4]);
+    parent.dela = reinterpret_cast<void (*)(void *)>(f[5]);
+    parent.del_al = reinterpret_cast<void (*)(void *, std::align_val_t)>(f[6]);
+    parent.dela_al = reinterpret_cast<void (*)(void *, std::align_val_t)>(f[7]);
+    __atomic_store_n(&replaced, true, __ATOMIC_RELEASE);
+}
+
+// The four forms with no parent.
+FA_EXPORT void *operator new(std::size_t n) { return fa_host_new(n, 0, false, FA_CALLER); }
+FA_EXPORT void *operator new(std::size_t n, std::align_val_t a) { return fa_host_new(n, AL(a), false, FA_CALLER); }
 FA_EXPORT void operator delete(void *p) noexcept { fa_host_delete(p, 0, 0); }
-FA_EXPORT void operator delete[](void *p) noexcept { fa_host_delete(p, 0, 0); }
-FA_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { fa_host_delete(p, 0, 0); }
-FA_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { fa_host_delete(p, 0, 0); }
-FA_EXPORT void operator delete(void *p, std::size_t n) noexcept { fa_host_delete(p, n, 0); }
-FA_EXPORT void operator delete[](void *p, std::size_t n) noexcept { fa_host_delete(p, n, 0); }
 FA_EXPORT void operator delete(void *p, std::align_val_t a) noexcept { fa_host_delete(p, 0, AL(a)); }
-FA_EXPORT void operator delete[](void *p, std::align_val_t a) noexcept { fa_host_delete(p, 0, AL(a)); }
-FA_EXPORT void operator delete(void *p, std::align_val_t a, const std::nothrow_t &) noexcept { fa_host_delete(p, 0, AL(a)); }
-FA_EXPORT void operator delete[](void *p, std::align_val_t a, const std::nothrow_t &) noexcept { fa_host_delete(p, 0, AL(a)); }
-FA_EXPORT void operator delete(void *p, std::size_t n, std::align_val_t a) noexcept { fa_host_delete(p, n, AL(a)); }
-FA_EXPORT void operator delete[](void *p, std::size_t n, std::align_val_t a) noexcept { fa_host_delete(p, n, AL(a)); }
+
+// The derived forms.
+FA_EXPORT void *operator new[](std::size_t n)
+{
+    return REPLACED ? parent.nw(n) : fa_host_new(n, 0, false, FA_CALLER);
+}
+FA_EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept
+{
+    return REPLACED ? try_new(parent.nw, n) : fa_host_new(n, 0, true, FA_CALLER);
+}
+FA_EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept
+{
+    return REPLACED ? try_new(parent.nwa, n) : fa_host_new(n, 0, true, FA_CALLER);
+}
+FA_EXPORT void *operator new[](std::size_t n, std::align_val_t a)
+{
+    return REPLACED ? parent.nw_al(n, a) : fa_host_new(n, AL(a), false, FA_CALLER);
+}
+FA_EXPORT void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
+{
+    return REPLACED ? try_new(parent.nw_al, n, a) : fa_host_new(n, AL(a), true, FA_CALLER);
+}
+FA_EXPORT void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
+{
+    return REPLACED ? try_new(parent.nwa_al, n, a) : fa_host_new(n, AL(a), true, FA_CALLER);
+}
+
+FA_EXPORT void operator delete[](void *p) noexcept { REPLACED ? parent.del(p) : fa_host_delete(p, 0, 0); }
+FA_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { REPLACED ? parent.del(p) : fa_host_delete(p, 0, 0); }
+FA_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { REPLACED ? parent.dela(p) : fa_host_delete(p, 0, 0); }
+FA_EXPORT void operator delete(void *p, std::size_t n) noexcept { REPLACED ? parent.del(p) : fa_host_delete(p, n, 0); }
+FA_EXPORT void operator delete[](void *p, std::size_t n) noexcept { REPLACED ? parent.dela(p) : fa_host_delete(p, n, 0); }
+FA_EXPORT void operator delete[](void *p, std::align_val_t a) noexcept { REPLACED ? parent.del_al(p, a) : fa_host_delete(p, 0, AL(a)); }
+FA_EXPORT void operator delete(void *p, std::align_val_t a, const std::nothrow_t &) noexcept { REPLACED ? parent.del_al(p, a) : fa_host_delete(p, 0, AL(a)); }
+FA_EXPORT void operator delete[](void *p, std::align_val_t a, const std::nothrow_t &) noexcept { REPLACED ? parent.dela_al(p, a) : fa_host_delete(p, 0, AL(a)); }
+FA_EXPORT void operator delete(void *p, std::size_t n, std::align_val_t a) noexcept { REPLACED ? parent.del_al(p, a) : fa_host_delete(p, n, AL(a)); }
+FA_EXPORT void operator delete[](void *p, std::size_t n, std::align_val_t a) noexcept { REPLACED ? parent.dela_al(p, a) : fa_host_delete(p, n, AL(a)); }

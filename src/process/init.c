@@ -42,6 +42,7 @@ __attribute__((constructor)) static void fa_start(void)
     fa_report_start();
     fa_host_start();
     fa_host_served_check();
+    fa_host_cxx_check();
     fa_host_start_pages();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     fa_signals_start();

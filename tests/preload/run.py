@@ -129,6 +129,20 @@ def case_cxx():
     check(r.returncode == 0, f"p_cxx failed ({r.returncode}): {r.stderr}")
 
 
+def case_cxx_replaced():
+    """A program that replaces only the basic operator new/delete (plain and
+    aligned) with a pool of its own: every other form must reach them, as
+    libstdc++'s do, and none is served (or counted) by forgealloc."""
+    r = run([prog("p_opnew")], preload=False)
+    check(r.returncode == 0 and r.stdout == "ok\n", f"p_opnew without the shim ({r.returncode}): {r.stderr}")
+    r = run([prog("p_opnew")])
+    check(r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "",
+          f"p_opnew under the shim ({r.returncode}): {r.stderr[-500:]}")
+    _, doc = one_dump([prog("p_opnew")])
+    calls = doc["host"]["calls"]
+    check(calls["new"] == 0 and calls["delete"] == 0, f"replaced forms served by forgealloc: {calls}")
+
+
 def case_mixes():
     # The checks are glibc's own semantics: they hold without the shim too.
     r = run([prog("p_mixes"), "native"], preload=False)
@@ -954,11 +968,35 @@ def case_served_jemalloc_first():
     tcm = host["tcmalloc"]
     check(tcm["serves_malloc"] is False and all(tcm[k] is None for k in check_stats_json.TCMALLOC),
           f"tcmalloc numbers shown for a jemalloc process: {tcm}")
+    # Real tools that call reallocarray, which jemalloc does not define:
+    # ours must reach jemalloc's realloc, as glibc's does.
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as nums:
+        nums.write("".join(f"{i * 7919 % 20011}\n" for i in range(20000)))
+        nums.flush()
+        for cmd in (["ls", "-la", "/usr/lib"], ["grep", "-c", "1", nums.name], ["sort", "-n", nums.name]):
+            alone = run(cmd, preload=False, env=base_env(LD_PRELOAD=je))
+            both = run(cmd, preload=False, env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_LOG="error"))
+            check(both.returncode == alone.returncode == 0 and both.stdout == alone.stdout and both.stderr == "",
+                  f"{cmd[0]} with jemalloc first: {both.returncode} {both.stderr[-300:]}")
     for fmt in ("text", "prometheus"):
         r = run([prog("p_large"), "1M"], preload=False,
                 env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_STATS=fmt, FORGEALLOC_LOG="error"))
         check("tcmalloc" not in r.stderr.replace("served by", ""), f"{fmt} dump shows tcmalloc: {r.stderr}")
         check("libjemalloc.so.2" in r.stderr, f"{fmt} dump does not name jemalloc: {r.stderr}")
+
+
+def case_served_mimalloc_first():
+    """mimalloc ahead of forgealloc defines some operator new/delete forms
+    (not the nothrow deletes): the rest must reach mimalloc's, not tcmalloc."""
+    mi = system_lib("libmimalloc.so.2")
+    if not mi:
+        print("libmimalloc.so.2 not installed (Debian: libmimalloc2) - skipped")
+        return SKIP
+    r = run([prog("p_cxxforms")], preload=False, env=base_env(LD_PRELOAD=mi))
+    check(r.returncode == 0 and r.stdout == "ok\n", f"p_cxxforms under mimalloc alone ({r.returncode}): {r.stderr}")
+    r = run([prog("p_cxxforms")], preload=False, env=base_env(LD_PRELOAD=f"{mi} {ARGS.lib}", FORGEALLOC_LOG="error"))
+    check(r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "",
+          f"p_cxxforms with mimalloc first ({r.returncode}): {r.stderr[-500:]}")
 
 
 def case_served_python():
