@@ -441,7 +441,14 @@ static inline void free_counted(void *p, void *caller)
  * line, so the fast path keeps p in a register without saving one. */
 static __attribute__((noinline)) void free_uncounted(void *p, void *caller)
 {
-    fa_stats_free(FA_CALL_free);
+    /* A thread with no record, as it ends, after its key destructors ran
+     * (a record taken now would never be handed back): glibc's free(NULL)s
+     * of the thread's libc buffers it never used, and ld.so freeing other
+     * ended threads' TLS.  Counted in the shared record. */
+    if (!p || fa_from_loader(caller))
+        fa_stats_free_shared(FA_CALL_free);
+    else
+        fa_stats_free(FA_CALL_free);
     free_counted(p, caller);
 }
 

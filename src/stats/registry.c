@@ -74,6 +74,8 @@ static void add_shared(enum fa_call c, size_t n, bool alloc)
     }
 }
 
+void fa_stats_free_shared(enum fa_call c) { add_shared(c, 0, false); }
+
 void fa_stats_count_slow(enum fa_call c, size_t n, bool alloc)
 {
     if (tls_dead || tls_acquiring) {

@@ -121,6 +121,11 @@ static inline void fa_stats_free(enum fa_call c)
     FA_RELAXED_ADD(t->calls[c], 1);
 }
 
+/* Count one releasing call in the shared record, without giving the
+ * thread one: for frees on a thread with no record that may come after its
+ * exit destructor ran (a record taken then is never handed back). */
+void fa_stats_free_shared(enum fa_call c);
+
 /* Count one large allocation (rare: the slow path only). */
 void fa_stats_large(void);
 

@@ -14,12 +14,14 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static void *volatile sink;
@@ -116,6 +118,40 @@ static int threads(int n, long m)
     /* Exact: glibc's thread start-up uses calloc and mmap, not malloc.
      * Records stay bounded by the threads alive at once. */
     return got != want || records > 70;
+}
+
+/* Detached threads that never allocate: as each ends, glibc frees other
+ * ended threads' TLS on it (ld.so's free, after the thread's key
+ * destructors ran).  Counting that must not take a record the thread never
+ * hands back: records stay bounded by the threads alive at once. */
+static int ended;
+static void *idle(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, 2000000L};
+    nanosleep(&ts, NULL);
+    __atomic_add_fetch(&ended, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int detached(int rounds)
+{
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < 50; i++) {
+            pthread_t t;
+            pthread_create(&t, &a, idle, NULL);
+        }
+        while (__atomic_load_n(&ended, __ATOMIC_ACQUIRE) < 50 * (r + 1))
+            sched_yield();
+        struct timespec ts = {0, 20000000L}; /* their teardown after the function returned */
+        nanosleep(&ts, NULL);
+    }
+    uint64_t records = stat_of("host.thread_records");
+    printf("detached threads %d records %llu\n", 50 * rounds, (unsigned long long)records);
+    return records > 60;
 }
 
 /* Producer/consumer ring of blocks tagged by their producer. */
@@ -226,12 +262,14 @@ int main(int argc, char **argv)
         return forkstorm(atoi(argv[2])) ? 1 : 0;
     if (strcmp(mode, "threads") == 0 && argc > 3)
         return threads(atoi(argv[2]), atol(argv[3])) ? 1 : 0;
+    if (strcmp(mode, "detached") == 0 && argc > 2)
+        return detached(atoi(argv[2])) ? 1 : 0;
     if (strcmp(mode, "crossfree") == 0 && argc > 2)
         return crossfree(atol(argv[2])) ? 1 : 0;
     if (strcmp(mode, "hammer") == 0)
         return hammer();
     if (strcmp(mode, "end") == 0 && argc > 2)
         return end(argv[2]);
-    fprintf(stderr, "usage: p_hard forkstorm N | threads N M | crossfree N | hammer | end HOW\n");
+    fprintf(stderr, "usage: p_hard forkstorm N | threads N M | detached ROUNDS | crossfree N | hammer | end HOW\n");
     return 2;
 }

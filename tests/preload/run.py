@@ -1286,6 +1286,9 @@ def case_thread_churn():
     r = run([prog("p_hard"), "threads", "2000", "50"], timeout=170)
     check(r.returncode == 0, f"thread churn: {r.stdout} {r.stderr}")
     print(r.stdout.strip())
+    r = run([prog("p_hard"), "detached", "20"], timeout=170)
+    check(r.returncode == 0, f"detached threads that never allocate: {r.stdout} {r.stderr}")
+    print(r.stdout.strip())
 
 
 def case_crossfree():
