@@ -105,6 +105,17 @@ static void unlock(const sigset_t *old)
 
 static bool is_handler(sighandler_t h) { return h != SIG_DFL && h != SIG_IGN; }
 
+/* The process the table belongs to.  A vfork child (posix_spawn, CPython's
+ * subprocess) runs in our memory until it execs: it must not write the
+ * table, which would change what the parent's queries return, nor dump
+ * with the parent's buffers.  Its settings go to the kernel as they are. */
+static pid_t owner;
+static bool borrowed(void)
+{
+    pid_t o = __atomic_load_n(&owner, __ATOMIC_RELAXED);
+    return o && getpid() != o;
+}
+
 /* ---- the handlers the kernel gets instead of the program's setting ------- */
 
 static void on_dump(int sig);
@@ -132,6 +143,8 @@ static void install_dump(int sig)
  * lock held.  Returns 0, or -1 with errno from libc. */
 static int apply(struct watched *w, int sig, const struct sigaction *act)
 {
+    if (borrowed())
+        return real_sigaction(sig, act, NULL);
     struct sigaction k = *act;
     bool dfl = act->sa_handler == SIG_DFL;
     bool oneshot = is_handler(act->sa_handler) && (act->sa_flags & SA_RESETHAND);
@@ -184,7 +197,9 @@ static void die_of(int sig)
 static void dump_and_die(int sig)
 {
     int saved = errno;
-    if (fa_report_signal_enter()) {
+    if (borrowed()) {
+        die_of(sig); /* a vfork child before its exec: as SIG_DFL, no dump */
+    } else if (fa_report_signal_enter()) {
         fa_report_configured("signal", true);
         fa_report_abandon();
         die_of(sig);
@@ -243,7 +258,11 @@ static void on_oneshot_info(int sig, siginfo_t *info, void *ctx) { deliver_onesh
 
 /* The child of a fork inherits the dispositions and the table as they are;
  * only a lock another thread held at the fork must be let go. */
-static void fork_child(void) { table_lock = 0; }
+static void fork_child(void)
+{
+    table_lock = 0;
+    __atomic_store_n(&owner, getpid(), __ATOMIC_RELAXED);
+}
 
 void fa_signals_start(void)
 {
@@ -253,6 +272,7 @@ void fa_signals_start(void)
         real((enum fa_signal_call)c); /* now, not later inside a handler */
     if (!real(FA_SIGCALL_SIGACTION))
         return; /* no libc sigaction to forward to: leave the signals alone */
+    __atomic_store_n(&owner, getpid(), __ATOMIC_RELAXED);
     sigset_t old;
     lock(&old);
     unsigned long bits = 0;
@@ -390,7 +410,8 @@ int fa_signals_interrupt(int sig, int interrupt)
         act.sa_flags &= ~SA_RESTART;
     else
         act.sa_flags |= SA_RESTART;
-    __atomic_store_n(&w->interrupt, interrupt != 0, __ATOMIC_RELAXED);
+    if (!borrowed())
+        __atomic_store_n(&w->interrupt, interrupt != 0, __ATOMIC_RELAXED);
     int rc = apply(w, sig, &act);
     int err = errno;
     unlock(&old);

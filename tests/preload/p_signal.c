@@ -261,6 +261,41 @@ static int fork_exec(const char *self)
     return 0;
 }
 
+/* A vfork child (posix_spawn, CPython's subprocess) runs in the parent's
+ * memory until it execs, and resets dispositions first: the parent's stay
+ * as they were.  A SIGTERM that reaches such a child kills it as SIG_DFL
+ * does; the parent's own SIGTERM then still kills it (with the dump). */
+static int vfork_child(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h1;
+    sigaction(SIGINT, &sa, NULL);
+    pid_t pid = vfork();
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_IGN);
+        siginterrupt(SIGUSR1, 1);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    query("parent SIGINT after vfork", SIGINT);
+    query("parent SIGTERM after vfork", SIGTERM);
+    query("parent SIGUSR1 after vfork", SIGUSR1);
+    pid = vfork();
+    if (pid == 0) {
+        raise(SIGTERM);
+        _exit(0);
+    }
+    waitpid(pid, &status, 0);
+    printf("vfork child: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
+           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    raise(SIGTERM);
+    printf("still alive after SIGTERM\n");
+    return 0;
+}
+
 static int after_exec(void)
 {
     learn_restorer();
@@ -285,6 +320,8 @@ int main(int argc, char **argv)
         return fork_exec(argv[0]);
     if (strcmp(mode, "after-exec") == 0)
         return after_exec();
-    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork\n");
+    if (strcmp(mode, "vfork") == 0)
+        return vfork_child();
+    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|vfork\n");
     return 2;
 }

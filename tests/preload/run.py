@@ -1177,10 +1177,11 @@ def case_signal_owned():
 def case_signal_queries():
     """A C program sees the same dispositions with and without the shim through
     every libc call (sigaction, signal, sysv_signal, sigset, ...), across fork
-    and exec, with threads racing, and with one-shot handlers; the signal that
-    finally kills it still writes the dump."""
+    and exec, across a vfork child that resets them, with threads racing, and
+    with one-shot handlers; the signal that finally kills it still writes the
+    dump."""
     for mode, status in (("queries", 0), ("fork", 0), ("resethand", -signal.SIGTERM), ("sysv", -signal.SIGTERM),
-                         ("threads", -signal.SIGTERM)):
+                         ("threads", -signal.SIGTERM), ("vfork", -signal.SIGTERM)):
         want = run([prog("p_signal"), mode], preload=False, timeout=60)
         check(want.returncode == status, f"{mode} without the shim: status {want.returncode} {want.stderr}")
         for stats in ("text", "off"):
