@@ -444,7 +444,6 @@ void fa_release_on_alloc(void *p, size_t n)
     }
 }
 
-static void start_soon(void);
 
 void fa_release_on_free(size_t n, bool may_start)
 {
@@ -468,7 +467,7 @@ void fa_release_on_free(size_t n, bool may_start)
             __atomic_store_n(&background, thread ? BG_THREAD : BG_CALLS, __ATOMIC_RELAXED);
         if (!thread) {
             if (!may_start && w)
-                start_soon();
+                fa_release_start_soon();
             tick_inline();
         }
     }
@@ -481,7 +480,7 @@ void fa_release_set_soon(void (*f)(void)) { __atomic_store_n(&soon, f, __ATOMIC_
 /* A forked child with periodic dumps starts its thread at a later call,
  * not in the fork handler. */
 static int nudge_due;
-void fa_release_nudge_later(void) { __atomic_store_n(&nudge_due, 1, __ATOMIC_RELAXED); }
+static void nudge_later(void) { __atomic_store_n(&nudge_due, 1, __ATOMIC_RELAXED); }
 void fa_release_nudge(void)
 {
     if (!__atomic_load_n(&nudge_due, __ATOMIC_RELAXED) || !__atomic_exchange_n(&nudge_due, 0, __ATOMIC_ACQUIRE))
@@ -493,9 +492,9 @@ void fa_release_nudge(void)
 
 /* The thread starts at the next allocating call (through the host's
  * `soon` hook), or else at the next nudge. */
-static void start_soon(void)
+void fa_release_start_soon(void)
 {
-    fa_release_nudge_later();
+    nudge_later();
     void (*f)(void) = __atomic_load_n(&soon, __ATOMIC_ACQUIRE);
     if (f)
         f();
@@ -590,5 +589,5 @@ void fa_release_fork_child(void)
     background = BG_NONE;
     fa_pressure_reset();
     if (inherited)
-        start_soon();
+        fa_release_start_soon();
 }

@@ -65,10 +65,13 @@ void fa_release_set_waker(bool (*wake)(bool start));
 /* The host's hook that makes its next allocating call run
  * fa_release_nudge (how a start this call may not make is made soon). */
 void fa_release_set_soon(void (*soon)(void));
-/* Wake the background at the next allocator call that checks (every 2^16
- * calls of a thread): how a forked child starts its periodic dumps. */
-void fa_release_nudge_later(void);
+/* At an allocator call that checks (every 2^16 calls of a thread): wake
+ * the background if fa_release_start_soon asked for it. */
 void fa_release_nudge(void);
+/* Start the thread at the next allocating call (not ld.so's), through the
+ * host's hook; else at the next nudge.  How a forked child starts the
+ * thread for its periodic dumps. */
+void fa_release_start_soon(void);
 /* Look at tcmalloc's numbers on every tick even without seeing frees (when
  * another preload serves malloc from the same tcmalloc). */
 void fa_release_set_polling(bool on);

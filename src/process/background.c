@@ -255,7 +255,7 @@ void fa_background_fork_child(void)
      * wasted in a child that is about to exec. */
     if (interval_ms) {
         next_dump_ms = mono_ms() + interval_ms;
-        fa_release_nudge_later();
+        fa_release_start_soon();
     }
     /* Polling (tcmalloc serves malloc ahead of us): no call of the child
      * reaches us to start one later.  This handler runs last, after

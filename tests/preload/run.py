@@ -1400,6 +1400,16 @@ def case_interval():
         docs = list(dumps(d).values())
     check(r.returncode == 0 and len(docs) == 1 and docs[0]["reason"] == "interval", f"interval dump: {docs}")
     check(docs[0]["host"]["calls"]["malloc"] > 0, "interval dump has counts")
+    # A forked worker that allocates a little and ends with os._exit (a
+    # multiprocessing worker) keeps its own file current too.
+    code = ("import os, time\npid = os.fork()\nif pid == 0:\n    x = [bytes(100) for _ in range(20)]\n"
+            "    time.sleep(1.0)\n    os._exit(0)\nos.waitpid(pid, 0)\nos._exit(0)\n")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([ARGS.python, "-c", code], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                                                        FORGEALLOC_STATS_INTERVAL="200ms"))
+        docs = dumps(d)
+    check(r.returncode == 0 and len(docs) == 2 and all(doc["reason"] == "interval" for doc in docs.values()),
+          f"forked worker's interval dump: {[(pid, doc['reason'], doc['forked']) for pid, doc in docs.items()]}")
     r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_INTERVAL="1"))
     check(r.returncode == 0 and "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE" in r.stderr, r.stderr)
 
