@@ -131,26 +131,59 @@ void fa_buf_grouped(fa_buf *b, uint64_t v)
     fa_buf_mem(b, tmp + i, sizeof tmp - (size_t)i);
 }
 
+size_t fa_utf8_len(const unsigned char *c)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t n;
+    if (c[0] >= 0xc2 && c[0] <= 0xdf)
+        n = 2;
+    else if (c[0] >= 0xe0 && c[0] <= 0xef)
+        n = 3, lo = c[0] == 0xe0 ? 0xa0 : 0x80, hi = c[0] == 0xed ? 0x9f : 0xbf;
+    else if (c[0] >= 0xf0 && c[0] <= 0xf4)
+        n = 4, lo = c[0] == 0xf0 ? 0x90 : 0x80, hi = c[0] == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 0;
+    if (c[1] < lo || c[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (c[i] < 0x80 || c[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* Anything but the four escapes at c: a UTF-8 sequence as itself (a path
+ * such as AI绘画/webui reads as written), any other byte below 0x20 or
+ * from 0x7f as \u00XX, so the output stays valid JSON for any input
+ * (paths that are not UTF-8 included).  Returns the bytes taken. */
+static size_t json_other(fa_buf *b, const unsigned char *c)
+{
+    size_t n = *c >= 0x80 ? fa_utf8_len(c) : 0;
+    if (n) {
+        fa_buf_mem(b, (const char *)c, n);
+        return n;
+    }
+    if (*c < 0x20 || *c >= 0x7f) {
+        fa_buf_str(b, "\\u00");
+        fa_buf_putc(b, "0123456789abcdef"[*c >> 4]);
+        fa_buf_putc(b, "0123456789abcdef"[*c & 15]);
+    } else {
+        fa_buf_putc(b, (char)*c);
+    }
+    return 1;
+}
+
 void fa_buf_json_str(fa_buf *b, const char *s)
 {
     fa_buf_putc(b, '"');
-    for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+    for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c;) {
         switch (*c) {
         case '"': fa_buf_str(b, "\\\""); break;
         case '\\': fa_buf_str(b, "\\\\"); break;
         case '\n': fa_buf_str(b, "\\n"); break;
         case '\t': fa_buf_str(b, "\\t"); break;
-        default:
-            if (*c < 0x20 || *c >= 0x7f) {
-                /* Bytes, not code points: keeps the output valid JSON for
-                 * any input (non-UTF-8 paths included). */
-                fa_buf_str(b, "\\u00");
-                fa_buf_putc(b, "0123456789abcdef"[*c >> 4]);
-                fa_buf_putc(b, "0123456789abcdef"[*c & 15]);
-            } else {
-                fa_buf_putc(b, (char)*c);
-            }
+        default: c += json_other(b, c); continue;
         }
+        c++;
     }
     fa_buf_putc(b, '"');
 }

@@ -34,7 +34,12 @@ void fa_buf_fixed(fa_buf *b, double v, int decimals);
 void fa_buf_bytes(fa_buf *b, uint64_t v);
 /* 1234567 -> "1,234,567". */
 void fa_buf_grouped(fa_buf *b, uint64_t v);
-/* JSON string literal with quotes; control and non-ASCII bytes escaped. */
+/* The length of the well-formed UTF-8 sequence at c (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), 0 if none; c is
+ * NUL-terminated. */
+size_t fa_utf8_len(const unsigned char *c);
+/* JSON string literal with quotes: UTF-8 text as itself, control bytes and
+ * bytes that are not UTF-8 escaped (\u00XX). */
 void fa_buf_json_str(fa_buf *b, const char *s);
 /* Printable rendering of untrusted text (environment values): bytes outside
  * printable ASCII become \xNN, and more than `max` input bytes end in "...". */

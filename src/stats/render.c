@@ -451,10 +451,17 @@ static void prom_host_metric(fa_buf *b, const fa_snapshot *s, const char *key, e
     prom_metric(b, s, nbuf, kind == FA_COUNTER ? "counter" : "gauge", help, v);
 }
 
-/* A label value from outside (a path): escape \\ and ", replace controls. */
+/* A label value from outside (a path): escape \\ and ", UTF-8 as itself,
+ * controls and bytes that are not UTF-8 as '?'. */
 static void prom_label_value(fa_buf *b, const char *v)
 {
     for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+        size_t n = *c >= 0x80 ? fa_utf8_len(c) : 0;
+        if (n) {
+            fa_buf_mem(b, (const char *)c, n);
+            c += n - 1;
+            continue;
+        }
         if (*c == '\\' || *c == '"')
             fa_buf_putc(b, '\\');
         fa_buf_putc(b, *c < 0x20 || *c >= 0x7f ? '?' : (char)*c);

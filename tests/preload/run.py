@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -717,6 +718,16 @@ def case_formats():
     samples = [line for line in r.stderr.splitlines() if not line.startswith("#")]
     check(samples and all(re.match(r'^forgealloc_\w+\{pid="\d+"(,\w+="[^"]*")*\} \d+$', s) for s in samples),
           f"prometheus dump: {r.stderr[:500]}")
+    # A program under a UTF-8 path (many installs are): its name reads as
+    # written in JSON and Prometheus, not as one escape per byte.
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "AI\u7ed8\u753b", "true")
+        os.mkdir(os.path.dirname(exe))
+        shutil.copy("/bin/true", exe)
+        r = run([exe], env=base_env(FORGEALLOC_STATS="json"))
+        check(json.loads(r.stderr)["exe"] == exe, f"JSON exe: {r.stderr[:300]!r}")
+        r = run([exe], env=base_env(FORGEALLOC_STATS="prometheus"))
+        check(f'exe="{exe}"' in r.stderr, f"prometheus exe: {r.stderr[:300]!r}")
 
 
 def case_quiet():

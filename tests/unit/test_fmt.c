@@ -56,7 +56,12 @@ static void test_printf(void **state)
 static void test_escaping(void **state)
 {
     (void)state;
-    FMT(fa_buf_json_str(b, "a\"b\\c\nd\te\x01\xc3\xa9"), "\"a\\\"b\\\\c\\nd\\te\\u0001\\u00c3\\u00a9\"");
+    FMT(fa_buf_json_str(b, "a\"b\\c\nd\te\x01\xc3\xa9"), "\"a\\\"b\\\\c\\nd\\te\\u0001\xc3\xa9\"");
+    /* UTF-8 as itself (a path such as AI绘画), every other byte escaped:
+     * cut sequences, overlong forms, surrogates, stray continuation bytes. */
+    FMT(fa_buf_json_str(b, "/AI\xe7\xbb\x98\xe7\x94\xbb/\xf0\x9f\x8e\xa8"), "\"/AI\xe7\xbb\x98\xe7\x94\xbb/\xf0\x9f\x8e\xa8\"");
+    FMT(fa_buf_json_str(b, "\xe7\xbb/\xc0\xaf\xed\xa0\x80\x80\xf5\x80\x80\x80"),
+        "\"\\u00e7\\u00bb/\\u00c0\\u00af\\u00ed\\u00a0\\u0080\\u0080\\u00f5\\u0080\\u0080\\u0080\"");
     FMT(fa_buf_quoted_raw(b, "ok\x1b[31m\xff", 64), "ok\\x1b[31m\\xff");
     FMT(fa_buf_quoted_raw(b, "abcdef", 3), "abc...");
     char out[600];
