@@ -149,6 +149,21 @@ bool fa_report_signal_enter(void)
 
 void fa_report_signal_leave(void) { __atomic_store_n(&sig_owner, 0, __ATOMIC_RELEASE); }
 
+/* A path in a message: its start and its end around "...", when it is
+ * longer than SHOWN_PATH bytes (the line keeps its reason and remedy). */
+#define SHOWN_PATH 160
+static const char *shorten(const char *path, char out[SHOWN_PATH + 4])
+{
+    size_t n = strlen(path);
+    if (n <= SHOWN_PATH)
+        return path;
+    size_t head = SHOWN_PATH / 2, tail = SHOWN_PATH - head;
+    memcpy(out, path, head);
+    memcpy(out + head, "...", 3);
+    memcpy(out + head + 3, path + n - tail, tail + 1);
+    return out;
+}
+
 void fa_report_configured(const char *reason, bool in_signal)
 {
     enum fa_stats_format fmt = (enum fa_stats_format)fa_opt_u64(FA_OPT_STATS);
@@ -189,11 +204,11 @@ void fa_report_configured(const char *reason, bool in_signal)
             err = fa_file_write_atomic(path, b.p, b.len, file);
         if (err && !warned_write) {
             warned_write = true;
-            char eb[32];
+            char eb[32], shown[SHOWN_PATH + 4];
             /* The line is built in buf: the rendering is not needed any more. */
             fa_log_into(buf, FA_LOG_WARN,
                         "cannot write stats to '%s': %s; set FORGEALLOC_STATS_FILE to a writable path, or - for stderr",
-                        expanded ? path : tmpl, fa_errno_text(err, eb, sizeof eb));
+                        shorten(expanded ? path : tmpl, shown), fa_errno_text(err, eb, sizeof eb));
         }
     }
     if (!in_signal)

@@ -808,7 +808,7 @@ def case_stats_file_special():
 def case_stats_file_edges():
     """A FIFO whose reader stops reading or goes away costs at most a second at exit, never the exit status
     (SIGPIPE); a link of our own to a missing file creates it, as >> would; a replaced file keeps its
-    permissions; a path with a newline still gives a one-line message."""
+    permissions; a path with a newline, or a very long one, still gives a one-line message with its remedy."""
     with tempfile.TemporaryDirectory() as d:
         env = dict(FORGEALLOC_STATS="json", FORGEALLOC_LOG="error")
         fifo = f"{d}/fifo"
@@ -848,6 +848,12 @@ def case_stats_file_edges():
         r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/no/such\ndir/s.json"))
         check(r.returncode == 0 and len(r.stderr.splitlines()) == 1 and "FORGEALLOC_STATS_FILE" in r.stderr,
               f"a path with a newline: {r.stderr!r}")
+        # A very long path: the line still ends with the reason and the remedy.
+        r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json",
+                                            FORGEALLOC_STATS_FILE=f"{d}/no/{'a' * 1100}/s.json"))
+        check(r.returncode == 0 and len(r.stderr.splitlines()) == 1 and "..." in r.stderr and
+              r.stderr.rstrip().endswith("set FORGEALLOC_STATS_FILE to a writable path, or - for stderr"),
+              f"a long path: {r.stderr[-300:]!r}")
 
 
 def case_stderr_not_ours():
