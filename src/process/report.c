@@ -105,7 +105,34 @@ static bool secure_mode(void) { return getauxval(AT_SECURE) != 0; }
  * and free what it pointed at; glibc's exit flush never reads stdout. */
 static FILE *start_stdout;
 
-void fa_report_start(void) { start_stdout = stdout; }
+/* FORGEALLOC_STATS_FILE made absolute at start when it is relative: the
+ * file goes where the process started, not wherever it is at exit (a
+ * program that chdirs, `git -C repo`).  Empty: the setting as it is. */
+static char file_abs[4096];
+
+static const char *file_template(void)
+{
+    return file_abs[0] ? file_abs : fa_opt(FA_OPT_STATS_FILE)->s;
+}
+
+void fa_report_start(void)
+{
+    start_stdout = stdout;
+    const char *t = fa_opt(FA_OPT_STATS_FILE)->s;
+    if (!t || t[0] == '/' || strcmp(t, "-") == 0)
+        return;
+    int saved = errno;
+    char cwd[sizeof file_abs];
+    if (getcwd(cwd, sizeof cwd)) {
+        size_t c = strlen(cwd), n = strlen(t);
+        if (c + 1 + n < sizeof file_abs) {
+            memcpy(file_abs, cwd, c);
+            file_abs[c] = '/';
+            memcpy(file_abs + c + 1, t, n + 1);
+        }
+    }
+    errno = saved;
+}
 
 /* exit() flushes stdio only after the last destructor, so an exit dump on a
  * stderr that shares a file with stdout (2>&1) would land ahead of the
@@ -172,7 +199,7 @@ void fa_report_configured(const char *reason, bool in_signal)
     /* The launcher's own command reports on stderr at exit, its children
      * to files (FORGEALLOC_STATS_MAIN_PID).  Privileged (setuid/setgid) processes
      * take no file paths from the environment: stderr too. */
-    const char *tmpl = fa_opt(FA_OPT_STATS_FILE)->s;
+    const char *tmpl = file_template();
     bool main_exit = (uint64_t)getpid() == fa_opt_u64(FA_OPT_STATS_MAIN_PID) && strcmp(reason, "interval") != 0;
     bool to_stderr = !tmpl || strcmp(tmpl, "-") == 0 || main_exit || secure_mode();
     if (to_stderr && !in_signal && strcmp(reason, "exit") == 0)

@@ -92,6 +92,12 @@ def case_stats_routing():
         check(r.stdout.strip() == "0" and r.stderr == "", f"--pool / --stats-file: {r!r}")
         docs = glob.glob(f"{d}/x-*.json")
         check(len(docs) == 1 and json.load(open(docs[0]))["config"]["stats"] == "json", f"json dump: {docs}")
+        # A relative --stats-file: a child started in another directory writes beside the command.
+        os.mkdir(f"{d}/repo")
+        r = sh([launcher(), "run", "--stats", "json", "--stats-file", "y-%p.json", "--",
+                A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='repo')"], cwd=d)
+        check(r.returncode == 0 and len(glob.glob(f"{d}/y-*.json")) == 2 and not os.listdir(f"{d}/repo"),
+              f"relative --stats-file: {os.listdir(d)} {os.listdir(f'{d}/repo')} {r.stderr!r}")
 
 
 def case_stats_unique():

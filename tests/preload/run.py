@@ -759,6 +759,12 @@ def case_stats_file():
         lines = r.stderr.splitlines()
         check(len(lines) == 1 and "cannot write stats" in lines[0] and "FORGEALLOC_STATS_FILE" in lines[0],
               f"unwritable path: {r.stderr!r}")
+        # A relative path is taken from where the process started, not where it is at exit.
+        os.mkdir(f"{d}/elsewhere")
+        r = run([ARGS.python, "-c", "import os; os.chdir('elsewhere')"], cwd=d,
+                env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="rel-%p.json"))
+        check(r.returncode == 0 and len(glob.glob(f"{d}/rel-*.json")) == 1 and not os.listdir(f"{d}/elsewhere"),
+              f"relative stats file: {os.listdir(d)} {os.listdir(f'{d}/elsewhere')} {r.stderr!r}")
 
 
 def case_stats_file_special():
