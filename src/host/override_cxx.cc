@@ -16,7 +16,6 @@
 
 #include "../core/export.h"
 #include "host.h"
-#include "served.h"
 
 #define AL(a) static_cast<std::size_t>(a)
 
@@ -51,13 +50,19 @@ extern "C" void fa_host_cxx_check(void)
 {
     static const char *const names[] = {"_Znwm",  "_Znam",  "_ZnwmSt11align_val_t",  "_ZnamSt11align_val_t",
                                         "_ZdlPv", "_ZdaPv", "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t"};
+    // Ours unless the global lookup finds another object's.  (A program
+    // built without PIE that takes one's address makes its PLT stub the
+    // answer: then the forms forward through that stub, to ours.)
+    Dl_info self, info;
+    if (!dladdr(reinterpret_cast<void *>(fa_host_cxx_check), &self))
+        return;
     void *f[8];
     bool ours = true;
     for (int i = 0; i < 8; i++) {
         f[i] = dlsym(RTLD_DEFAULT, names[i]);
         if (!f[i])
             return; // cannot forward: keep serving every form here
-        ours = ours && fa_host_defines_first(names[i]);
+        ours = ours && dladdr(f[i], &info) && info.dli_fbase == self.dli_fbase;
     }
     if (ours)
         return;

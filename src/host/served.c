@@ -63,20 +63,20 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /* The first object in the loader's order (the program, LD_PRELOAD,
- * /etc/ld.so.preload, then libraries) that defines `name` itself. */
-static void *first_definer(const char *name, bool *program)
+ * /etc/ld.so.preload, then libraries) that defines malloc itself. */
+static void *first_definer(bool *program)
 {
-    void *addr = dlsym(RTLD_DEFAULT, name);
+    void *addr = dlsym(RTLD_DEFAULT, "malloc");
     Dl_info info;
     struct link_map *map = NULL;
     if (!addr || !dladdr1(addr, &info, (void **)&map, RTLD_DL_LINKMAP) || !map || map->l_prev)
         return addr; /* a library's own definition (the program is first in the loader's list) */
     const ElfW(Sym) *sym = NULL;
     if (dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_shndx != SHN_UNDEF &&
-        info.dli_saddr == addr && info.dli_sname && strcmp(info.dli_sname, name) == 0)
+        info.dli_saddr == addr && info.dli_sname && strcmp(info.dli_sname, "malloc") == 0)
     {
         *program = true;
-        return addr; /* the program defines it itself */
+        return addr; /* the program defines malloc itself */
     }
     /* A PLT stub of the program: one built without PIE that takes
      * malloc's address (python3) makes its stub the canonical address.
@@ -96,7 +96,7 @@ static void *first_definer(const char *name, bool *program)
         void *h = dlopen(o.name[i], RTLD_LAZY | RTLD_NOLOAD);
         if (!h)
             continue;
-        void *a = dlsym(h, name); /* searches the object first, then its dependencies */
+        void *a = dlsym(h, "malloc"); /* searches the object first, then its dependencies */
         bool own = a && dladdr(a, &info) && info.dli_fname && strcmp(info.dli_fname, o.name[i]) == 0;
         dlclose(h);
         if (own)
@@ -111,7 +111,7 @@ void fa_host_served_check(void)
     void *ours_base = NULL, *tc_base = NULL, *found_base = NULL;
     bool program = false;
     if (!object_of((void *)fa_host_served_check, ours, sizeof ours, &ours_base) ||
-        !object_of(first_definer("malloc", &program), found, sizeof found, &found_base))
+        !object_of(first_definer(&program), found, sizeof found, &found_base))
         return; /* cannot tell: assume ours, say nothing */
     /* tc_malloc as our calls reach it: the loader binds it like malloc, so
      * a tcmalloc ahead of us (any soname) is the one we call as well. */
@@ -146,15 +146,6 @@ void fa_host_served_check(void)
                 "counts nothing and returns no memory; put libforgealloc.so first in LD_PRELOAD or remove %s "
                 "from it (forgealloc run does both)",
                 found, name);
-}
-
-bool fa_host_defines_first(const char *sym)
-{
-    char path[1024];
-    void *ours = NULL, *found = NULL;
-    bool program = false;
-    return !object_of((void *)fa_host_served_check, path, sizeof path, &ours) ||
-           !object_of(first_definer(sym, &program), path, sizeof path, &found) || found == ours;
 }
 
 enum fa_malloc_server fa_host_malloc_server(void) { return __atomic_load_n(&server, __ATOMIC_ACQUIRE); }

@@ -11,20 +11,12 @@
 
 #include "../stats/snapshot.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
 struct fa_snapshot;
 
 /* At library start (constructor, where dlsym and dladdr may allocate):
  * find the definition of malloc the global lookup finds and, when it is
  * not ours, print one warning line naming it and the fix. */
 void fa_host_served_check(void);
-
-/* Whether the definition of `sym` the global lookup finds is ours (true
- * too when that cannot be told).  For the constructor, like the check. */
-bool fa_host_defines_first(const char *sym);
 
 /* The realloc that serves the process when another allocator serves
  * malloc (FA_SERVER_OTHER), else NULL. */
@@ -46,9 +38,5 @@ const char *fa_host_served_by(void);
  * When another allocator serves malloc, tcmalloc's numbers are marked
  * invalid: they are not the process's. */
 void fa_host_served_fill(struct fa_snapshot *s);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif
