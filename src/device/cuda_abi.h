@@ -21,6 +21,7 @@ typedef cudaGraph_t fa_cuda_graph;
 typedef cudaGraphNode_t fa_cuda_graph_node;
 typedef cudaIpcMemHandle_t fa_cuda_ipc_handle;
 typedef enum cudaStreamCaptureMode fa_cuda_capture_mode;
+typedef enum cudaStreamCaptureStatus fa_cuda_capture_status;
 typedef struct cudaGraphEdgeData_st fa_cuda_edge_data;
 typedef enum cudaDriverEntryPointQueryResult fa_cuda_entry_status;
 #else
@@ -32,6 +33,7 @@ typedef struct fa_cuda_ipc_handle {
     char reserved[64];
 } fa_cuda_ipc_handle;                         /* cudaIpcMemHandle_t */
 typedef int fa_cuda_capture_mode;             /* enum cudaStreamCaptureMode */
+typedef int fa_cuda_capture_status;           /* enum cudaStreamCaptureStatus */
 typedef struct fa_cuda_edge_data fa_cuda_edge_data; /* cudaGraphEdgeData (opaque here) */
 typedef int fa_cuda_entry_status;             /* enum cudaDriverEntryPointQueryResult */
 #endif
@@ -93,6 +95,8 @@ _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-size
       (s, g, deps, ed, n, m))                                                                                   \
     X(cudaStreamEndCapture, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                       \
     X(cudaStreamEndCapture_ptsz, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                 \
+    X(cudaStreamIsCapturing, fa_cuda_error, (fa_cuda_stream s, fa_cuda_capture_status * st), (s, st))          \
+    X(cudaStreamDestroy, fa_cuda_error, (fa_cuda_stream s), (s))                                                \
     X(cudaDeviceEnablePeerAccess, fa_cuda_error, (int peer, unsigned flags), (peer, flags))                     \
     X(cudaGetDriverEntryPoint, fa_cuda_error,                                                                   \
       (const char *sym, void **fn, unsigned long long flags, fa_cuda_entry_status *st), (sym, fn, flags, st))   \

@@ -203,6 +203,76 @@ static fa_cuda_error drv_free(const fa_cudart *rt, devstate *d, void *p, fa_cuda
 
 static bool capturing(void) { return __atomic_load_n(&captures, __ATOMIC_ACQUIRE) > 0; }
 
+/* Streams in capture, as begun through the shim.  A capture is over when
+ * the runtime says so after its cudaStreamEndCapture (whatever that
+ * returned), when its stream is destroyed, and at cudaDeviceReset: a
+ * capture ended any of these ways must not keep the pool from ever
+ * synchronising again.  More captures at once than slots are counted in
+ * `captures` alone and end with their cudaStreamEndCapture. */
+#define CAPTURE_SLOTS 16
+static fa_cuda_stream capture_stream[CAPTURE_SLOTS];
+static bool capture_used[CAPTURE_SLOTS];
+static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void capture_drop(int i)
+{
+    capture_used[i] = false;
+    __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL);
+}
+
+void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
+{
+    if (r != 0)
+        return;
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURE_SLOTS; i++)
+        if (!capture_used[i]) {
+            capture_used[i] = true;
+            capture_stream[i] = s;
+            break;
+        }
+    __atomic_fetch_add(&captures, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&capture_lock);
+}
+
+void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r)
+{
+    const fa_cudart *rt = runtime("cudaStreamEndCapture");
+    pthread_mutex_lock(&capture_lock);
+    int i = 0;
+    while (i < CAPTURE_SLOTS && !(capture_used[i] && capture_stream[i] == s))
+        i++;
+    if (i < CAPTURE_SLOTS) {
+        fa_cuda_capture_status status = 0; /* cudaStreamCaptureStatusNone */
+        if (!rt->cudaStreamIsCapturing || rt->cudaStreamIsCapturing(s, &status) != 0 || status == 0)
+            capture_drop(i);
+    } else if ((r == 0 || r == FA_CUDA_ERROR_CAPTURE_INVALIDATED) && __atomic_load_n(&captures, __ATOMIC_ACQUIRE) > 0) {
+        __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL); /* one counted without a slot */
+    }
+    pthread_mutex_unlock(&capture_lock);
+}
+
+/* Before cudaStreamDestroy: its capture, if any, ends with it (and the
+ * handle may name a new stream once destroyed). */
+void fa_device_stream_destroying(fa_cuda_stream s)
+{
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURE_SLOTS; i++)
+        if (capture_used[i] && capture_stream[i] == s)
+            capture_drop(i);
+    pthread_mutex_unlock(&capture_lock);
+}
+
+/* After cudaDeviceReset: every capture is gone with the streams. */
+static void captures_forget(void)
+{
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURE_SLOTS; i++)
+        capture_used[i] = false;
+    __atomic_store_n(&captures, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&capture_lock);
+}
+
 static int current_device(const fa_cudart *rt)
 {
     int dev = -1;
@@ -963,8 +1033,11 @@ fa_cuda_error fa_device_reset(void)
     if (!rt->cudaDeviceReset)
         return FA_CUDA_ERROR_INITIALIZATION;
     int dev = current_device(rt);
-    if (dev < 0)
-        return rt->cudaDeviceReset();
+    if (dev < 0) {
+        fa_cuda_error r = rt->cudaDeviceReset();
+        captures_forget();
+        return r;
+    }
     /* The reset frees every allocation of the device: the pool lets go of
      * its pieces and address space first, chunks go with the reset.
      * ensure_pool reserves without the lock, so a reset while it is
@@ -1000,6 +1073,7 @@ fa_cuda_error fa_device_reset(void)
     fa_ptrmap_drop_device(&fallback, dev);
     pthread_mutex_unlock(&map_lock);
     fa_cuda_error r = rt->cudaDeviceReset();
+    captures_forget();
     pthread_mutex_lock(&d->lock);
     __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&d->settled);
@@ -1124,22 +1198,6 @@ void fa_device_count(enum fa_cuda_pt which) { __atomic_fetch_add(&passthrough[wh
 
 const struct fa_cudart *fa_device_runtime(const char *fn) { return runtime(fn); }
 
-void fa_device_capture_begun(fa_cuda_error r)
-{
-    if (r == 0)
-        __atomic_fetch_add(&captures, 1, __ATOMIC_ACQ_REL);
-}
-
-void fa_device_capture_ended(fa_cuda_error r)
-{
-    /* The capture is over whether it succeeded or was invalidated. */
-    if (r != 0 && r != FA_CUDA_ERROR_CAPTURE_INVALIDATED)
-        return;
-    int c = __atomic_load_n(&captures, __ATOMIC_ACQUIRE);
-    while (c > 0 && !__atomic_compare_exchange_n(&captures, &c, c - 1, true, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        ;
-}
-
 /* ---- reports and fork ------------------------------------------------------------------ */
 
 void fa_device_fill(struct fa_snapshot *s)
@@ -1200,6 +1258,8 @@ void fa_device_fork_child(void)
     fallback = (fa_ptrmap){0};
     memset(passthrough, 0, sizeof passthrough);
     captures = 0;
+    capture_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    memset(capture_used, 0, sizeof capture_used);
     cuda_seen = 0;
     background_wanted = 0;
 }

@@ -41,8 +41,10 @@ void fa_device_count(enum fa_cuda_pt which);
 /* The real runtime (members NULL when missing; one error line then). */
 const struct fa_cudart *fa_device_runtime(const char *fn);
 /* Stream captures: no synchronisation while one is in progress. */
-void fa_device_capture_begun(fa_cuda_error r);
-void fa_device_capture_ended(fa_cuda_error r);
+void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r);
+void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r);
+/* Before cudaStreamDestroy(s). */
+void fa_device_stream_destroying(fa_cuda_stream s);
 
 /* Fill the device part of a snapshot without taking locks (signal-safe). */
 void fa_device_fill(struct fa_snapshot *s);

@@ -16,6 +16,12 @@ FA_EXPORT fa_cuda_error cudaMalloc(void **p, size_t n) { return fa_device_malloc
 FA_EXPORT fa_cuda_error cudaFree(void *p) { return fa_device_free(p); }
 FA_EXPORT fa_cuda_error cudaFreeAsync(void *p, fa_cuda_stream s) { return fa_device_free_async(p, s, false); }
 FA_EXPORT fa_cuda_error cudaFreeAsync_ptsz(void *p, fa_cuda_stream s) { return fa_device_free_async(p, s, true); }
+FA_EXPORT fa_cuda_error cudaStreamDestroy(fa_cuda_stream s)
+{
+    const fa_cudart *rt = fa_device_runtime("cudaStreamDestroy");
+    fa_device_stream_destroying(s);
+    return rt->cudaStreamDestroy ? rt->cudaStreamDestroy(s) : FA_CUDA_ERROR_INITIALIZATION;
+}
 FA_EXPORT fa_cuda_error cudaMemGetInfo(size_t *free_b, size_t *total_b) { return fa_device_mem_get_info(free_b, total_b); }
 FA_EXPORT fa_cuda_error cudaDeviceReset(void) { return fa_device_reset(); }
 FA_EXPORT fa_cuda_error cudaDeviceSynchronize(void) { return fa_device_synchronize(); }
@@ -49,7 +55,7 @@ FA_PASS(FA_PT_cudaMallocPitch, cudaMallocPitch, (void **p, size_t *pitch, size_t
     {                                                                                 \
         const fa_cudart *rt = fa_device_runtime(#name);                              \
         fa_cuda_error r = rt->name ? rt->name args : FA_CUDA_ERROR_INITIALIZATION;    \
-        fa_device_capture_##event(r);                                                 \
+        fa_device_capture_##event(s, r);                                              \
         return r;                                                                     \
     }
 FA_CAPTURE(begun, cudaStreamBeginCapture, (fa_cuda_stream s, fa_cuda_capture_mode m), (s, m))

@@ -624,6 +624,23 @@ static int capture(void)
     CHECK(stat_of("device.0.device_syncs") == 1 && stat_of("device.0.pool_allocs") == 3);
     CHECK(cudaFree(b) == cudaSuccess && cudaFree(c) == cudaSuccess && cudaFree(d) == cudaSuccess);
     cudaStreamDestroy(s);
+    /* A capture that ends with its stream destroyed, not with
+     * cudaStreamEndCapture: the pool syncs again when it must. */
+    cudaStream_t t;
+    CHECK(cudaStreamCreateWithFlags(&t, 1) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaStreamDestroy(t) == cudaSuccess);
+    uint64_t syncs = stat_of("device.0.device_syncs");
+    void *e = dmalloc(32 * MiB), *f = dmalloc(32 * MiB); /* the quarantined b and d, after a sync */
+    CHECK(stat_of("device.0.device_syncs") > syncs && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(cudaFree(e) == cudaSuccess && cudaFree(f) == cudaSuccess);
+    /* One that ends with cudaDeviceReset: the pool is built again after it. */
+    CHECK(cudaStreamCreateWithFlags(&t, 1) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    void *k = dmalloc(MiB);
+    CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(cudaFree(k) == cudaSuccess);
     return failures;
 }
 
