@@ -207,11 +207,12 @@ static bool capturing(void) { return __atomic_load_n(&captures, __ATOMIC_ACQUIRE
  * the runtime says so after its cudaStreamEndCapture (whatever that
  * returned), when its stream is destroyed, and at cudaDeviceReset: a
  * capture ended any of these ways must not keep the pool from ever
- * synchronising again.  More captures at once than slots are counted in
- * `captures` alone and end with their cudaStreamEndCapture. */
+ * synchronising again.  More captures at once than slots are counted
+ * (capture_unslotted) and end with their cudaStreamEndCapture. */
 #define CAPTURE_SLOTS 16
 static fa_cuda_stream capture_stream[CAPTURE_SLOTS];
 static bool capture_used[CAPTURE_SLOTS];
+static int capture_unslotted; /* begun when every slot was taken */
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void capture_drop(int i)
@@ -225,12 +226,15 @@ void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
     if (r != 0)
         return;
     pthread_mutex_lock(&capture_lock);
-    for (int i = 0; i < CAPTURE_SLOTS; i++)
-        if (!capture_used[i]) {
-            capture_used[i] = true;
-            capture_stream[i] = s;
-            break;
-        }
+    int i = 0;
+    while (i < CAPTURE_SLOTS && capture_used[i])
+        i++;
+    if (i < CAPTURE_SLOTS) {
+        capture_used[i] = true;
+        capture_stream[i] = s;
+    } else {
+        capture_unslotted++;
+    }
     __atomic_fetch_add(&captures, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_unlock(&capture_lock);
 }
@@ -246,8 +250,9 @@ void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r)
         fa_cuda_capture_status status = 0; /* cudaStreamCaptureStatusNone */
         if (!rt->cudaStreamIsCapturing || rt->cudaStreamIsCapturing(s, &status) != 0 || status == 0)
             capture_drop(i);
-    } else if ((r == 0 || r == FA_CUDA_ERROR_CAPTURE_INVALIDATED) && __atomic_load_n(&captures, __ATOMIC_ACQUIRE) > 0) {
-        __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL); /* one counted without a slot */
+    } else if ((r == 0 || r == FA_CUDA_ERROR_CAPTURE_INVALIDATED) && capture_unslotted > 0) {
+        capture_unslotted--;
+        __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL);
     }
     pthread_mutex_unlock(&capture_lock);
 }
@@ -269,6 +274,7 @@ static void captures_forget(void)
     pthread_mutex_lock(&capture_lock);
     for (int i = 0; i < CAPTURE_SLOTS; i++)
         capture_used[i] = false;
+    capture_unslotted = 0;
     __atomic_store_n(&captures, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&capture_lock);
 }
@@ -1260,6 +1266,7 @@ void fa_device_fork_child(void)
     captures = 0;
     capture_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     memset(capture_used, 0, sizeof capture_used);
+    capture_unslotted = 0;
     cuda_seen = 0;
     background_wanted = 0;
 }
