@@ -444,7 +444,6 @@ void fa_release_on_alloc(void *p, size_t n)
     }
 }
 
-
 void fa_release_on_free(size_t n, bool may_start)
 {
     uint64_t threshold = keep_bytes();

@@ -122,14 +122,13 @@ void fa_report_start(void)
     if (!t || t[0] == '/' || strcmp(t, "-") == 0)
         return;
     int saved = errno;
-    char cwd[sizeof file_abs];
-    if (getcwd(cwd, sizeof cwd)) {
-        size_t c = strlen(cwd), n = strlen(t);
-        if (c + 1 + n < sizeof file_abs) {
-            memcpy(file_abs, cwd, c);
-            file_abs[c] = '/';
-            memcpy(file_abs + c + 1, t, n + 1);
-        }
+    size_t n = strlen(t);
+    if (getcwd(file_abs, sizeof file_abs) && strlen(file_abs) + 1 + n < sizeof file_abs) {
+        size_t c = strlen(file_abs);
+        file_abs[c] = '/';
+        memcpy(file_abs + c + 1, t, n + 1);
+    } else {
+        file_abs[0] = '\0'; /* no directory, or too long: the setting as it is */
     }
     errno = saved;
 }
