@@ -1,4 +1,4 @@
-/* buddy.c - binary buddy allocator with tail trimming (see buddy.h). */
+/* buddy.c - binary buddy allocator with tail trimming and first-fit runs (see buddy.h). */
 #include "buddy.h"
 
 #include <string.h>
@@ -70,6 +70,42 @@ void fa_buddy_destroy(fa_buddy *b)
     memset(b, 0, sizeof *b);
 }
 
+/* [pos, end), free units at the end of what an allocation took from free
+ * blocks (end is aligned to the last of them), goes back as aligned buddy
+ * pieces, smallest first: each piece's buddy overlaps the allocation or is
+ * part of a larger piece, so none can merge. */
+static void give_tail(fa_buddy *b, uint64_t pos, uint64_t end)
+{
+    while (pos < end) {
+        unsigned o = (unsigned)__builtin_ctzll(pos);
+        while (pos + ((uint64_t)1 << o) > end)
+            o--;
+        push(b, (uint32_t)pos, o);
+        pos += (uint64_t)1 << o;
+    }
+}
+
+static void mark(fa_buddy *b, uint32_t u, uint64_t n, size_t bytes, uintptr_t *addr)
+{
+    b->u[u].state = FA_BUDDY_ALLOC;
+    b->u[u].units = (uint32_t)n;
+    b->u[u].slack = (uint16_t)((n << b->min_shift) - bytes);
+    *addr = b->base + ((uintptr_t)u << b->min_shift);
+}
+
+/* Allocate n units from the free block u of order j >= k = ceil_log2(n):
+ * split down to 2^k, keeping the lower half, and trim the tail. */
+static void take_block(fa_buddy *b, uint32_t u, unsigned j, unsigned k, uint64_t n, size_t bytes, uintptr_t *addr)
+{
+    unlink_block(b, u);
+    while (j > k) { /* split: keep the lower half, free the upper */
+        j--;
+        push(b, u + ((uint32_t)1 << j), j);
+    }
+    give_tail(b, u + n, (uint64_t)u + ((uint64_t)1 << k));
+    mark(b, u, n, bytes, addr);
+}
+
 bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr) { return fa_buddy_alloc_pref(b, bytes, NULL, NULL, addr); }
 
 bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uintptr_t addr, size_t bytes), void *ctx,
@@ -102,25 +138,93 @@ bool fa_buddy_alloc_pref(fa_buddy *b, size_t bytes, bool (*pref)(void *ctx, uint
                 }
         }
     }
-    unlink_block(b, u);
-    while (j > k) { /* split: keep the lower half, free the upper */
-        j--;
-        push(b, u + ((uint32_t)1 << j), j);
+    take_block(b, u, j, k, n, bytes, addr);
+    return true;
+}
+
+/* The end of the run of adjacent free blocks that starts with the free
+ * block at s, once it holds n units; 0 if it ends sooner or has more than
+ * `blocks` blocks. */
+static uint64_t run_end(const fa_buddy *b, uint64_t s, uint64_t n, int blocks)
+{
+    uint64_t total = (uint64_t)1 << b->max_order, pos = s;
+    while (pos < total && b->u[pos].state == FA_BUDDY_FREE && blocks-- > 0) {
+        pos += (uint64_t)1 << b->u[pos].order;
+        if (pos - s >= n)
+            return pos;
     }
-    /* Tail trimming: [u + n, u + 2^k) goes back as aligned buddy pieces,
-     * smallest first (each piece's buddy is part of the allocation). */
-    uint64_t pos = u + n, end = (uint64_t)u + ((uint64_t)1 << k);
-    while (pos < end) {
-        unsigned o = (unsigned)__builtin_ctzll(pos);
-        while (pos + ((uint64_t)1 << o) > end)
-            o--;
-        push(b, (uint32_t)pos, o);
-        pos += (uint64_t)1 << o;
+    return 0;
+}
+
+/* The lowest run of free blocks that holds n units, walking every block of
+ * the range in address order (each starts with its record): its start and
+ * end, or false. */
+static bool first_run(const fa_buddy *b, uint64_t n, uint64_t *start, uint64_t *end)
+{
+    uint64_t total = (uint64_t)1 << b->max_order, pos = 0, run = 0;
+    bool in_run = false;
+    while (pos < total) {
+        const fa_buddy_unit *r = &b->u[pos];
+        if (r->state == FA_BUDDY_FREE) {
+            if (!in_run)
+                run = pos, in_run = true;
+            pos += (uint64_t)1 << r->order;
+            if (pos - run >= n) {
+                *start = run, *end = pos;
+                return true;
+            }
+        } else if ((r->state == FA_BUDDY_ALLOC || r->state == FA_BUDDY_HELD) && r->units) {
+            in_run = false;
+            pos += r->units;
+        } else {
+            return false; /* not a block's start: never, with consistent tables */
+        }
     }
-    b->u[u].state = FA_BUDDY_ALLOC;
-    b->u[u].units = (uint32_t)n;
-    b->u[u].slack = (uint16_t)((n << b->min_shift) - bytes);
-    *addr = b->base + ((uintptr_t)u << b->min_shift);
+    return false;
+}
+
+bool fa_buddy_alloc_fit(fa_buddy *b, size_t bytes, uintptr_t *addr)
+{
+    if (bytes == 0)
+        return false;
+    uint64_t unit = (uint64_t)1 << b->min_shift;
+    uint64_t n = ((uint64_t)bytes + unit - 1) >> b->min_shift;
+    unsigned k = fa_ceil_log2(n);
+    if (n > b->free_units || ((n << b->min_shift) - bytes) > UINT16_MAX)
+        return false;
+    /* The block fa_buddy_alloc would take, if any. */
+    uint64_t avail = k <= b->max_order ? b->nonempty >> k : 0;
+    unsigned j = avail ? k + (unsigned)__builtin_ctzll(avail) : 0;
+    uint64_t best = avail ? b->heads[j] : UINT64_MAX, best_end = 0;
+    /* n is not a power of two: that block would strand its tail for every
+     * larger request.  A run starting lower, in the free blocks such tails
+     * left, is taken instead (a bounded look: the first blocks of each
+     * smaller order). */
+    if (n & (n - 1)) {
+        for (unsigned o = 0; o < k && o <= b->max_order; o++) {
+            if (!((b->nonempty >> o) & 1))
+                continue;
+            uint32_t c = b->heads[o];
+            for (int looked = 0; c != FA_BUDDY_NIL && looked < FA_BUDDY_FIT_LOOK; looked++, c = b->u[c].next) {
+                uint64_t e;
+                if (c < best && (e = run_end(b, c, n, FA_BUDDY_FIT_LOOK)) != 0)
+                    best = c, best_end = e;
+            }
+        }
+    }
+    if (best == UINT64_MAX && !first_run(b, n, &best, &best_end))
+        return false;
+    if (!best_end) { /* the aligned block */
+        take_block(b, (uint32_t)best, j, k, n, bytes, addr);
+        return true;
+    }
+    for (uint64_t q = best; q < best_end;) {
+        uint64_t size = (uint64_t)1 << b->u[q].order;
+        unlink_block(b, (uint32_t)q);
+        q += size;
+    }
+    give_tail(b, best + n, best_end);
+    mark(b, (uint32_t)best, n, bytes, addr);
     return true;
 }
 
@@ -151,15 +255,16 @@ static void free_block(fa_buddy *b, uint32_t u, unsigned k)
 
 void fa_buddy_free_unit(fa_buddy *b, uint32_t u)
 {
-    uint64_t n = b->u[u].units;
+    uint64_t pos = u, end = (uint64_t)u + b->u[u].units;
     b->u[u].state = FA_BUDDY_NONE;
-    /* The pieces: the binary digits of n from the top, laid out from u. */
-    uint64_t pos = u;
-    for (int bit = 63 - __builtin_clzll(n); bit >= 0; bit--) {
-        if (n & ((uint64_t)1 << bit)) {
-            free_block(b, (uint32_t)pos, (unsigned)bit);
-            pos += (uint64_t)1 << bit;
-        }
+    /* The largest aligned pieces, from u: for an allocation aligned to its
+     * size (fa_buddy_alloc), the binary digits of its units from the top. */
+    while (pos < end) {
+        unsigned o = pos ? (unsigned)__builtin_ctzll(pos) : b->max_order;
+        while (pos + ((uint64_t)1 << o) > end)
+            o--;
+        free_block(b, (uint32_t)pos, o);
+        pos += (uint64_t)1 << o;
     }
 }
 
@@ -192,5 +297,19 @@ int fa_buddy_check(const fa_buddy *b)
         problems += any != ((b->nonempty >> k) & 1);
     }
     problems += free_units != b->free_units;
+    /* The blocks, free and allocated, tile the range. */
+    uint64_t pos = 0, total = (uint64_t)1 << b->max_order, walked_free = 0;
+    while (pos < total) {
+        const fa_buddy_unit *r = &b->u[pos];
+        if (r->state == FA_BUDDY_FREE) {
+            walked_free += (uint64_t)1 << r->order;
+            pos += (uint64_t)1 << r->order;
+        } else if ((r->state == FA_BUDDY_ALLOC || r->state == FA_BUDDY_HELD) && r->units) {
+            pos += r->units;
+        } else {
+            return problems + 1;
+        }
+    }
+    problems += pos != total || walked_free != free_units;
     return problems;
 }

@@ -7,7 +7,13 @@
  * unused tail straight back to the free lists in buddy pieces, so a 20 MiB
  * request costs 20 MiB, not 32 (PyTorch's segment sizes).  The allocation
  * is then the run of pieces given by the binary digits of n; freeing
- * returns each piece and merges with free buddies. */
+ * returns each piece and merges with free buddies.
+ *
+ * Trimmed tails serve smaller requests only, unless an allocation may
+ * start inside them: fa_buddy_alloc_fit places a request at a run of
+ * adjacent free blocks, aligned to the unit only, so 20 MiB requests fill
+ * a 64 MiB range three times, not twice.  Such an allocation is freed as
+ * the largest aligned pieces that tile it. */
 #ifndef FA_BUDDY_H
 #define FA_BUDDY_H
 
@@ -66,6 +72,16 @@ static inline bool fa_buddy_idle(const fa_buddy *b) { return b->free_units == (u
  * free block is large enough.  The allocation is aligned to the unit at
  * least, and to the largest power of two <= its size. */
 bool fa_buddy_alloc(fa_buddy *b, size_t bytes, uintptr_t *addr);
+
+/* Allocate `bytes` (> 0), aligned to the unit: the block fa_buddy_alloc
+ * would take, unless the request is not a power of two of units and a run
+ * of adjacent free blocks that holds it starts lower, among runs starting
+ * at the first FA_BUDDY_FIT_LOOK free blocks of each smaller order (each
+ * run of at most as many blocks).  Where no block is large enough, the
+ * lowest run that holds it, found by walking every block of the range.
+ * False if no run holds it. */
+#define FA_BUDDY_FIT_LOOK 16
+bool fa_buddy_alloc_fit(fa_buddy *b, size_t bytes, uintptr_t *addr);
 
 /* Like fa_buddy_alloc, but a block whose first `bytes` (rounded to units)
  * pref accepts is taken if one is found among the first

@@ -21,7 +21,9 @@
  *    it and the request is retried; the final error is the driver's own;
  *  - internal calls that fail leave no error for cudaGetLastError (PyTorch
  *    throws on any pending error other than cudaErrorMemoryAllocation);
- *  - cudaMemGetInfo counts idle and quarantined pool bytes as free.
+ *  - cudaMemGetInfo counts as free what the pool would give back to the
+ *    driver: idle pieces, or chunks holding no live block, with what is
+ *    quarantined there (never free space a live block pins).
  * Locks: one per device (its pool and numbers), one for the map of
  * driver-served blocks; never both, never across a synchronisation. */
 #define _GNU_SOURCE
@@ -142,6 +144,7 @@ static void sync_stats(devstate *d)
         const fa_pool *p = &d->pool;
         bytes = p->bytes, taken = p->in_use, requested = p->requested, quarantined = p->quarantined;
         ST_SET(d, pool_chunks, (uint64_t)p->nchunks);
+        ST_SET(d, idle_bytes, fa_pool_idle(p));
     }
     uint64_t in_use = requested + d->fallback_bytes;
     uint64_t waste = taken - requested;

@@ -15,6 +15,7 @@ void fa_pool_init(fa_pool *p, size_t chunk_size)
     __atomic_store_n(&p->chunk_size, chunk_size, __ATOMIC_RELEASE);
     p->nchunks = 0;
     p->epoch = 0;
+    p->busy_chunks = 0;
     p->bytes = p->in_use = p->requested = p->quarantined = p->cached = 0;
 }
 
@@ -105,12 +106,28 @@ static void cache_flush(fa_pool *p)
     }
 }
 
+/* Live allocations took / gave back `bytes` of chunk c. */
+static void take(fa_pool *p, fa_chunk *c, uint64_t bytes)
+{
+    p->busy_chunks += c->live == 0;
+    c->live += bytes;
+    p->in_use += bytes;
+}
+
+static void give(fa_pool *p, fa_chunk *c, uint64_t bytes)
+{
+    c->live -= bytes;
+    p->busy_chunks -= c->live == 0;
+    p->in_use -= bytes;
+}
+
+/* From the free lists of the lowest chunk that can serve. */
 static bool buddy_alloc(fa_pool *p, size_t n, uintptr_t *addr)
 {
     for (int i = 0; i < p->nchunks; i++) {
-        fa_buddy *b = &p->chunks[i]->buddy;
-        if (fa_buddy_alloc(b, n, addr)) {
-            p->in_use += fa_buddy_alloc_bytes(b, fa_buddy_find(b, *addr));
+        fa_chunk *c = p->chunks[i];
+        if (fa_buddy_alloc_fit(&c->buddy, n, addr)) {
+            take(p, c, fa_buddy_alloc_bytes(&c->buddy, fa_buddy_find(&c->buddy, *addr)));
             return true;
         }
     }
@@ -131,7 +148,7 @@ bool fa_pool_alloc(fa_pool *p, size_t n, uintptr_t *addr)
                 fa_buddy_reuse(&c->buddy, u, n);
                 uint64_t bytes = fa_buddy_alloc_bytes(&c->buddy, u);
                 p->cached -= bytes;
-                p->in_use += bytes;
+                take(p, c, bytes);
                 p->requested += n;
                 *addr = c->buddy.base + ((uintptr_t)u << FA_POOL_UNIT_SHIFT);
                 return true;
@@ -163,7 +180,7 @@ fa_pool_free_result fa_pool_free(fa_pool *p, uintptr_t a, size_t *taken, size_t 
     c->buddy.u[u].prev = p->epoch;
     c->q_head = u;
     c->q_count++;
-    p->in_use -= *taken;
+    give(p, c, *taken);
     p->requested -= *requested;
     p->quarantined += *taken;
     return FA_POOL_FREED;

@@ -32,12 +32,14 @@ typedef struct fa_chunk {
     uint32_t q_count;
     uint32_t cache[FA_BUDDY_MAX_ORDER + 1]; /* reuse cache by order, linked through .next */
     uint32_t c_count;
+    uint64_t live; /* bytes taken by live allocations */
 } fa_chunk;
 
 typedef struct fa_pool {
     size_t chunk_size;                   /* power of two; stored atomically, read atomically without the lock */
     fa_chunk *chunks[FA_POOL_MAX_CHUNKS]; /* sorted by address */
     int nchunks;
+    int busy_chunks; /* chunks holding a live allocation */
     uint32_t epoch;
     uint64_t bytes;       /* held from the driver */
     uint64_t in_use;      /* taken by live allocations (whole units) */
@@ -58,7 +60,8 @@ void fa_pool_clear(fa_pool *p);
 /* Add a chunk of chunk_size bytes at base.  False if out of metadata. */
 bool fa_pool_add_chunk(fa_pool *p, uintptr_t base);
 /* Allocate n > 0 bytes from the lowest chunk that can: true and *addr, or
- * false when no ready block fits (quarantined ones do not count). */
+ * false when no ready block fits (quarantined ones do not count).  Within
+ * a chunk, fa_buddy_alloc_fit places it. */
 bool fa_pool_alloc(fa_pool *p, size_t n, uintptr_t *addr);
 /* Quarantine the allocation at a.  *taken / *requested get its sizes. */
 fa_pool_free_result fa_pool_free(fa_pool *p, uintptr_t a, size_t *taken, size_t *requested);
@@ -71,8 +74,14 @@ uint64_t fa_pool_sync_end(fa_pool *p, uint32_t e);
 /* Remove the highest-addressed chunk with nothing live or quarantined;
  * true and *base for the caller to give back to the driver. */
 bool fa_pool_take_idle_chunk(fa_pool *p, uintptr_t *base);
-/* Bytes not taken by live allocations (quarantined bytes included: they
- * are free once the device catches up, as with the driver's cudaFree). */
-static inline uint64_t fa_pool_idle(const fa_pool *p) { return p->bytes - p->in_use; }
+/* Bytes of the chunks that hold no live allocation: what the pool gives
+ * back to a driver that runs short (quarantined blocks included: they are
+ * free once the device catches up, as with the driver's cudaFree).  Free
+ * space in a chunk that still holds a live block is not counted: it serves
+ * only requests that fit in it, never a larger one from the driver. */
+static inline uint64_t fa_pool_idle(const fa_pool *p)
+{
+    return (uint64_t)(p->nchunks - p->busy_chunks) * p->chunk_size;
+}
 
 #endif

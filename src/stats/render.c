@@ -385,6 +385,12 @@ void fa_render_text(fa_buf *b, const fa_snapshot *s)
             fa_buf_str(b, " pieces (idle ");
             fa_buf_bytes(b, d->idle_bytes);
             fa_buf_str(b, ")");
+        } else if (d->pool_chunks) {
+            fa_buf_str(b, " in ");
+            fa_buf_grouped(b, d->pool_chunks);
+            fa_buf_str(b, " chunks (idle ");
+            fa_buf_bytes(b, d->idle_bytes);
+            fa_buf_str(b, ")");
         }
         fa_buf_str(b, ", in use ");
         fa_buf_bytes(b, d->in_use_bytes);

@@ -132,7 +132,7 @@ enum fa_field_metric {
     X(vmm, "bool", "1: the pool maps physical pieces into reserved address space; 0: chunks from cudaMalloc") \
     X(pieces_mapped, "pieces", "physical pieces mapped in the pool (pool_bytes in all)")             \
     X(pieces_idle, "pieces", "mapped pieces holding no live or quarantined block")                   \
-    X(idle_bytes, "bytes", "bytes of idle pieces: counted free by cudaMemGetInfo, given back first") \
+    X(idle_bytes, "bytes", "bytes of idle pieces, or of chunks holding no live block: counted free by cudaMemGetInfo, given back first") \
     X(pieces_created, "count", "physical pieces created (cuMemCreate)")                               \
     X(pieces_reused, "count", "idle pieces moved to back other addresses instead of creating new ones") \
     X(pieces_released, "count", "idle pieces released at once because the driver ran short")          \

@@ -461,7 +461,10 @@ static int meminfo(void)
     CHECK(stat_of("device.0.pool_bytes") > 0);
     CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
     CHECK(t == t0);
-    CHECK(f == f0 - 2 * MiB); /* what the driver alone would report */
+    /* What the driver alone would report; with chunks, the whole chunk
+     * that holds the block is missing: its free space serves no request
+     * larger than itself. */
+    CHECK(f == f0 - (vmm() ? 2 * MiB : 64 * MiB));
     CHECK(f <= t);
     CHECK(cudaFree(p) == cudaSuccess);
     CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
@@ -804,6 +807,54 @@ static int frag(void)
     return failures;
 }
 
+/* ---- packing, and what cudaMemGetInfo says is free -------------------------------------------------- */
+
+/* What cudaMemGetInfo calls free can be had: a cudaMalloc of all of it succeeds. */
+static void free_count_holds(const char *when)
+{
+    size_t f, t;
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    void *p = NULL;
+    cudaError_t r = f ? cudaMalloc(&p, f) : cudaSuccess;
+    printf("%s: meminfo_free %zu\n", when, f);
+    if (r != cudaSuccess) {
+        fprintf(stderr, "d_pool: %s: cudaMemGetInfo said %zu MiB free; cudaMalloc of that = %d\n", when, f >> 20, (int)r);
+        failures++;
+        cudaGetLastError();
+    } else if (p) {
+        CHECK(cudaFree(p) == cudaSuccess);
+    }
+}
+
+/* 20 MiB blocks (PyTorch's segments for 1-10 MiB tensors) fill the device:
+ * all of it with pieces, three to a 64 MiB chunk with chunks. */
+static int packing(void)
+{
+    size_t f0, total;
+    CHECK(cudaMemGetInfo(&f0, &total) == cudaSuccess);
+    enum { MAXB = 256 };
+    void *b[MAXB];
+    size_t n = 0;
+    while (n < MAXB && cudaMalloc(&b[n], 20 * MiB) == cudaSuccess)
+        n++;
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    size_t want = vmm() ? total / (20 * MiB) : total / (64 * MiB) * 3;
+    printf("blocks %zu want %zu pool_allocs %llu\n", n, want, (unsigned long long)stat_of("device.0.pool_allocs"));
+    CHECK(n >= want);
+    free_count_holds("full");
+    for (size_t i = 1; i < n; i += 3) /* one in three: every chunk still holds a live block */
+        CHECK(cudaFree(b[i]) == cudaSuccess);
+    free_count_holds("one in three freed");
+    for (size_t i = 0; i < n; i += 3) /* two in three */
+        CHECK(cudaFree(b[i]) == cudaSuccess);
+    free_count_holds("two in three freed");
+    for (size_t i = 2; i < n; i += 3)
+        CHECK(cudaFree(b[i]) == cudaSuccess);
+    free_count_holds("all freed");
+    CHECK(fakecuda_faults(0) == 0);
+    return failures;
+}
+
 /* ---- memory given back under pressure receives no queued work ------------------------------------ */
 
 static int pressure(void)
@@ -956,6 +1007,8 @@ int main(int argc, char **argv)
         return blind_nomalloc(argc > 2 ? argv[2] : "none", argc > 3 ? argv[3] : NULL) ? 1 : 0;
     if (strcmp(mode, "frag") == 0)
         return frag() ? 1 : 0;
+    if (strcmp(mode, "packing") == 0)
+        return packing() ? 1 : 0;
     if (strcmp(mode, "pressure") == 0)
         return pressure() ? 1 : 0;
     if (strcmp(mode, "peer") == 0)

@@ -266,6 +266,12 @@ def case_frag_quarter():
     print(r.stdout.strip())
 
 
+def case_packing():
+    """20 MiB blocks fill the device (three to a chunk); cudaMemGetInfo's free can be allocated."""
+    r = ok(run(["packing"], FAKECUDA_MEM="1G"), "packing")
+    print(r.stdout.strip())
+
+
 def case_pressure():
     """Pieces given back under pressure: only after the work queued on them."""
     ok(run(["pressure"], FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="64M"), "pressure")

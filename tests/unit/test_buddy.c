@@ -1,6 +1,6 @@
 /* test_buddy.c - the buddy core: split, merge, alignment, exhaustion,
- * tail trimming, and a random churn over real memory that proves no two
- * live blocks overlap. */
+ * tail trimming, placement in runs of free blocks, and a random churn over
+ * real memory that proves no two live blocks overlap. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -130,11 +130,61 @@ static void test_tail_trimming(void **state)
     fa_buddy_destroy(&b);
 }
 
-/* A churn over real memory: every live block is filled with its own tag
- * and checked before it is freed, so an overlap shows as a wrong tag. */
-static void test_churn_no_overlap(void **state)
+/* Placement that may start inside trimmed tails: 20 MiB requests fill a
+ * 64 MiB arena three times, a request with no aligned block left takes the
+ * run that holds it, and frees of unaligned allocations merge back. */
+static void test_fit_fills_tails(void **state)
 {
     (void)state;
+    fa_buddy b;
+    const uintptr_t base = 0x200000000ull;
+    assert_true(fa_buddy_init(&b, base, UNIT_SHIFT, 17)); /* 64 MiB */
+    uintptr_t a[3], x;
+    for (int i = 0; i < 3; i++) {
+        assert_true(fa_buddy_alloc_fit(&b, 20 * MiB, &a[i]));
+        assert_int_equal(a[i], base + (uintptr_t)i * 20 * MiB); /* packed, not at 32 MiB */
+        assert_int_equal(fa_buddy_check(&b), 0);
+    }
+    assert_false(fa_buddy_alloc_fit(&b, 20 * MiB, &x));
+    assert_int_equal((uint64_t)b.free_units << UNIT_SHIFT, 4 * MiB);
+    /* The middle one freed: its space serves the same size again. */
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, a[1]));
+    assert_int_equal(fa_buddy_check(&b), 0);
+    assert_true(fa_buddy_alloc_fit(&b, 20 * MiB, &x));
+    assert_int_equal(x, a[1]);
+    /* A power of two takes its aligned block as fa_buddy_alloc does. */
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, x));
+    assert_true(fa_buddy_alloc_fit(&b, 4 * MiB, &x));
+    assert_int_equal(x, base + 20 * MiB); /* the freed 20 MiB left 4 + 8 + 8 MiB blocks */
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, x));
+    for (int i = 0; i < 3; i += 2)
+        fa_buddy_free_unit(&b, fa_buddy_find(&b, a[i]));
+    assert_true(fa_buddy_idle(&b)); /* merged all the way up */
+    assert_int_equal(fa_buddy_check(&b), 0);
+
+    /* No block of 8 units is left: 5 units go to the run of 1 + 4 at unit 3. */
+    fa_buddy_destroy(&b);
+    assert_true(fa_buddy_init(&b, base, UNIT_SHIFT, 3)); /* 8 units */
+    assert_true(fa_buddy_alloc_fit(&b, 3 * 512, &a[0]));
+    assert_false(fa_buddy_alloc(&b, 5 * 512, &x)); /* no aligned block */
+    assert_true(fa_buddy_alloc_fit(&b, 5 * 512 - 7, &x));
+    assert_int_equal(x, base + 3 * 512);
+    assert_int_equal(fa_buddy_requested(&b, fa_buddy_find(&b, x)), 5 * 512 - 7);
+    assert_int_equal(b.free_units, 0);
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, a[0]));
+    assert_false(fa_buddy_alloc_fit(&b, 4 * 512, &a[1])); /* 3 free units, no run of 4 */
+    fa_buddy_free_unit(&b, fa_buddy_find(&b, x));
+    assert_true(fa_buddy_idle(&b));
+    assert_int_equal(fa_buddy_check(&b), 0);
+    fa_buddy_destroy(&b);
+}
+
+/* A churn over real memory: every live block is filled with its own tag
+ * and checked before it is freed, so an overlap shows as a wrong tag.
+ * Once with aligned placement, once with fa_buddy_alloc_fit. */
+static void churn(bool fit)
+{
     enum { ORDER = 14, SLOTS = 512, STEPS = 60000 };
     size_t arena = (size_t)1 << (ORDER + UNIT_SHIFT); /* 8 MiB */
     unsigned char *mem = aligned_alloc(4096, arena);
@@ -164,7 +214,7 @@ static void test_churn_no_overlap(void **state)
             seed = seed * 1103515245u + 12345u;
             size_t n = (seed >> 4) % (seed & 1 ? 2000 : 100000) + 1;
             uintptr_t a;
-            if (!fa_buddy_alloc(&b, n, &a))
+            if (!(fit ? fa_buddy_alloc_fit(&b, n, &a) : fa_buddy_alloc(&b, n, &a)))
                 continue; /* full for this size: fine */
             live[i].p = (unsigned char *)a;
             live[i].n = n;
@@ -183,6 +233,18 @@ static void test_churn_no_overlap(void **state)
     assert_int_equal(fa_buddy_check(&b), 0);
     fa_buddy_destroy(&b);
     free(mem);
+}
+
+static void test_churn_no_overlap(void **state)
+{
+    (void)state;
+    churn(false);
+}
+
+static void test_churn_fit_no_overlap(void **state)
+{
+    (void)state;
+    churn(true);
 }
 
 static void test_bad_shapes(void **state)
@@ -215,7 +277,8 @@ int main(void)
         cmocka_unit_test(test_split_and_merge), cmocka_unit_test(test_large_units), cmocka_unit_test(test_find_and_bad_pointers),
         cmocka_unit_test(test_alignment),       cmocka_unit_test(test_exhaustion),
         cmocka_unit_test(test_tail_trimming),   cmocka_unit_test(test_churn_no_overlap),
-        cmocka_unit_test(test_bad_shapes),
+        cmocka_unit_test(test_bad_shapes),      cmocka_unit_test(test_fit_fills_tails),
+        cmocka_unit_test(test_churn_fit_no_overlap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
