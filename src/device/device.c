@@ -1166,6 +1166,10 @@ void fa_device_background(uint64_t now_ms)
 {
     if (!__atomic_exchange_n(&background_wanted, 0, __ATOMIC_ACQ_REL))
         return;
+    if (capturing()) { /* no driver call of the pool's during a capture: look again after it */
+        __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
+        return;
+    }
     const fa_cudart *rt = fa_cudart_get();
     bool again = false;
     int cur = -1;

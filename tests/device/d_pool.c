@@ -940,7 +940,17 @@ static int large(void)
 /* 48 blocks of 20 MiB on a 256 MiB pool: the pool grows instead of
  * synchronising; all freed, then the program sits still: the process's
  * background thread gives the growth back after the idle spell. */
-static int giveback(double wait_s)
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* capture: a stream capture is under way while the program waits, and ends
+ * then: the pool makes no driver call during it (the capture stays valid),
+ * and gives back once it is over. */
+static int giveback(double wait_s, bool capture)
 {
     void *p[48];
     for (int i = 0; i < 48; i++)
@@ -950,9 +960,23 @@ static int giveback(double wait_s)
     for (int i = 0; i < 48; i++)
         CHECK(cudaFree(p[i]) == cudaSuccess);
     CHECK(cudaDeviceSynchronize() == cudaSuccess); /* the frees leave the quarantine */
-    struct timespec ts = {(time_t)wait_s, (long)((wait_s - (double)(time_t)wait_s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    cudaStream_t s = NULL;
+    unsigned long calls = vm_calls();
+    if (capture) {
+        CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    }
+    sleep_s(wait_s);
+    if (capture) {
+        printf("during_capture pool_bytes %llu vm_calls %lu\n", (unsigned long long)stat_of("device.0.pool_bytes"),
+               vm_calls() - calls);
+        int st = -1;
+        CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive);
+        cudaGraph_t g = NULL;
+        CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+        CHECK(cudaStreamDestroy(s) == cudaSuccess);
+        sleep_s(2.5);
+    }
     printf("pool_bytes %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
     return failures;
 }
@@ -1016,11 +1040,11 @@ int main(int argc, char **argv)
     if (strcmp(mode, "large") == 0)
         return large() ? 1 : 0;
     if (strcmp(mode, "giveback") == 0)
-        return giveback(argc > 2 ? atof(argv[2]) : 15) ? 1 : 0;
+        return giveback(argc > 2 ? atof(argv[2]) : 15, argc > 3 && strcmp(argv[3], "capture") == 0) ? 1 : 0;
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
-                    "|reset_race|errors|capture|passthrough|free_async|blind|frag|pressure|peer|large|kind|giveback [S]\n"
+                    "|reset_race|errors|capture|passthrough|free_async|blind|frag|packing|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;
 }
