@@ -421,10 +421,13 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
         return NULL;
     }
     /* Another allocator serves malloc, without a reallocarray of its own:
-     * like glibc's, this one reaches its realloc. */
-    void *(*other)(void *, size_t) = __atomic_load_n(&fa_host_other_realloc, __ATOMIC_ACQUIRE);
-    if (other)
-        return other(p, total);
+     * like glibc's, this one reaches its realloc.  `realloc` here is what
+     * the process's calls reach: the loader filled this reference in
+     * before any constructor ran, so this holds in a library's constructor
+     * that runs before ours too. */
+    void *(*global)(void *, size_t) = realloc;
+    if (fa_realloc_self && global != fa_realloc_self)
+        return global(p, total);
     fa_stats_alloc(FA_CALL_reallocarray, total);
     return realloc_counted(p, total, "reallocarray", caller);
 }

@@ -24,6 +24,9 @@ void *fa_host_malloc(size_t n, void *caller);
 void *fa_host_calloc(size_t n, size_t size, void *caller);
 void *fa_host_realloc(void *p, size_t n, void *caller);
 void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller);
+/* The library's own realloc, under a hidden name (override_libc.c; absent,
+ * so NULL, where host.c is built without it, as in unit tests). */
+extern void *fa_realloc_self(void *p, size_t n) __attribute__((weak));
 void fa_host_free(void *p, void *caller);
 void *fa_host_memalign(size_t align, size_t n, void *caller);
 void *fa_host_aligned_alloc(size_t align, size_t n, void *caller);

@@ -69,6 +69,8 @@ FA_EXPORT int mallopt(int param, int value) { (void)param, (void)value; return 1
 void *__libc_malloc(size_t n) FA_ALIAS(malloc);
 void *__libc_calloc(size_t n, size_t size) FA_ALIAS(calloc);
 void *__libc_realloc(void *p, size_t n) FA_ALIAS(realloc);
+/* Our realloc by a name the loader never rebinds (host.h). */
+void *fa_realloc_self(void *p, size_t n) __attribute__((alias("realloc"), copy(realloc), visibility("hidden")));
 void __libc_free(void *p) FA_ALIAS(free);
 void __libc_cfree(void *p) FA_ALIAS(cfree);
 void *__libc_memalign(size_t align, size_t n) FA_ALIAS(memalign);

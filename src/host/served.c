@@ -18,7 +18,6 @@
 
 static enum fa_malloc_server server = FA_SERVER_SELF;
 static char served_path[1024];
-void *(*fa_host_other_realloc)(void *, size_t);
 
 static const char *base_name(const char *path)
 {
@@ -131,10 +130,6 @@ void fa_host_served_check(void)
         return;
     }
     __atomic_store_n(&server, FA_SERVER_OTHER, __ATOMIC_RELEASE);
-    /* Our reallocarray is the one the process gets unless that allocator
-     * has its own: like glibc's, it must reach the realloc that serves. */
-    __atomic_store_n(&fa_host_other_realloc, (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "realloc"),
-                     __ATOMIC_RELEASE);
     if (program)
         return; /* an allocator linked into the program: nothing to fix; the dump says it */
     if (strncmp(name, "libc.so", 7) == 0)

@@ -18,10 +18,6 @@ struct fa_snapshot;
  * not ours, print one warning line naming it and the fix. */
 void fa_host_served_check(void);
 
-/* The realloc that serves the process when another allocator serves
- * malloc (FA_SERVER_OTHER), else NULL. */
-extern void *(*fa_host_other_realloc)(void *, size_t);
-
 /* FA_SERVER_SELF until fa_host_served_check ran. */
 enum fa_malloc_server fa_host_malloc_server(void);
 

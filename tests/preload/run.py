@@ -1001,6 +1001,11 @@ def case_served_jemalloc_first():
             both = run(cmd, preload=False, env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_LOG="error"))
             check(both.returncode == alone.returncode == 0 and both.stdout == alone.stdout and both.stderr == "",
                   f"{cmd[0]} with jemalloc first: {both.returncode} {both.stderr[-300:]}")
+    # reallocarray in a library constructor that runs before forgealloc's: jemalloc's realloc too.
+    r = run([prog("p_early")], preload=False, env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_LOG="error",
+                                                         P_EARLY_QUIET="1"))
+    check(r.returncode == 0 and r.stderr == "p_early: constructor\np_early: main\n",
+          f"reallocarray before forgealloc's constructor, jemalloc first: {r.returncode} {r.stderr[-300:]!r}")
     for fmt in ("text", "prometheus"):
         r = run([prog("p_large"), "1M"], preload=False,
                 env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_STATS=fmt, FORGEALLOC_LOG="error"))
