@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sys.h"
+
 /* How long a write may wait for a reader that does not read (a full pipe
  * or FIFO on a descriptor in non-blocking mode) before the rest is given
  * up: the dump must not hold the process at exit. */
@@ -49,7 +51,7 @@ int fa_write_all(int fd, const char *buf, size_t len)
     fa_sigpipe_guard guard;
     fa_sigpipe_block(&guard);
     while (len) {
-        ssize_t n = write(fd, buf, len);
+        ssize_t n = fa_sys_write(fd, buf, len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -118,11 +120,11 @@ int fa_write_stderr(const char *buf, size_t len) { return stderr_usable() ? fa_w
 long fa_read_file(const char *path, char *buf, size_t cap)
 {
     int saved = errno;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = fa_sys_open(path, O_RDONLY | O_CLOEXEC);
     ssize_t n = -1;
     if (fd >= 0) {
-        n = read(fd, buf, cap - 1);
-        close(fd);
+        n = fa_sys_read(fd, buf, cap - 1);
+        fa_sys_close(fd);
     }
     buf[n > 0 ? n : 0] = '\0';
     errno = saved;
@@ -132,7 +134,7 @@ long fa_read_file(const char *path, char *buf, size_t cap)
 bool fa_read_lines(const char *path, bool (*fn)(char *line, void *arg), void *arg)
 {
     int saved = errno;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = fa_sys_open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         errno = saved;
         return false;
@@ -141,7 +143,7 @@ bool fa_read_lines(const char *path, bool (*fn)(char *line, void *arg), void *ar
     size_t have = 0;
     bool skipping = false, more = true; /* skipping: inside a line longer than buf */
     while (more) {
-        ssize_t got = read(fd, buf + have, sizeof buf - 1 - have);
+        ssize_t got = fa_sys_read(fd, buf + have, sizeof buf - 1 - have);
         if (got < 0 && errno == EINTR)
             continue;
         bool eof = got <= 0;
@@ -166,7 +168,7 @@ bool fa_read_lines(const char *path, bool (*fn)(char *line, void *arg), void *ar
         }
         memmove(buf, line, have);
     }
-    close(fd);
+    fa_sys_close(fd);
     errno = saved;
     return true;
 }

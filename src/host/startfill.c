@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../core/log.h"
+#include "../core/sys.h"
 #include "zeropages.h"
 
 #if defined(__x86_64__) && defined(__LP64__)
@@ -69,7 +70,7 @@ static size_t fill_sparse(int pagemap, uintptr_t a, uintptr_t b, size_t page)
         size_t n = (b - at) / page;
         if (n > PAGEMAP_CHUNK)
             n = PAGEMAP_CHUNK;
-        if (pagemap < 0 || pread(pagemap, e, n * sizeof *e, (off_t)(at / page * sizeof *e)) != (ssize_t)(n * sizeof *e)) {
+        if (pagemap < 0 || fa_sys_pread(pagemap, e, n * sizeof *e, (off_t)(at / page * sizeof *e)) != (ssize_t)(n * sizeof *e)) {
             memset((void *)at, 0, b - at);
             break;
         }
@@ -115,7 +116,7 @@ void *fa_start_fill(void *p, int c, size_t n)
         return memset(p, c, n);
     int saved = errno;
     fa_read_lines("/proc/self/maps", collect_anonymous, &r);
-    int pagemap = r.n ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
+    int pagemap = r.n ? fa_sys_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
     uintptr_t at = s;
     size_t left = 0;
     for (int i = 0; i < r.n; i++) {
@@ -125,7 +126,7 @@ void *fa_start_fill(void *p, int c, size_t n)
     }
     memset((void *)at, 0, e - at);
     if (pagemap >= 0)
-        close(pagemap);
+        fa_sys_close(pagemap);
     __atomic_fetch_add(&left_bytes, left, __ATOMIC_RELAXED);
     errno = saved;
     return p;
@@ -141,12 +142,12 @@ size_t fa_clear_anonymous(void *p, size_t n)
         return 0;
     }
     int saved = errno;
-    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    int pagemap = fa_sys_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     memset(p, 0, a - s);
     size_t left = fill_sparse(pagemap, a, b, page);
     memset((void *)b, 0, e - b);
     if (pagemap >= 0)
-        close(pagemap);
+        fa_sys_close(pagemap);
     errno = saved;
     return left;
 }

@@ -1534,6 +1534,27 @@ def case_secure():
         shutil.rmtree(d)
 
 
+def case_io_wrapper():
+    """Another preloaded library wraps open and pread and allocates in them (tracers, sandboxes): nothing hangs,
+    at tcmalloc's start (the start fill reads /proc while tcmalloc holds its lock) or in a large calloc; output
+    and status as without the shim."""
+    lib = os.path.join(ARGS.bindir, "libp_iowrap_lib.so")
+    with tempfile.TemporaryDirectory() as d:
+        for cmd in (["/bin/echo", "hi"], [ARGS.python, "-c", "import json; print(json.dumps([1, 2]))"],
+                    [prog("p_calloc")]):
+            alone = run(cmd, preload=False, env=base_env(LD_PRELOAD=lib), timeout=60)
+            try:
+                both = run(cmd, preload=False, timeout=30,
+                           env=base_env(LD_PRELOAD=f"{ARGS.lib} {lib}", FORGEALLOC_STATS="text",
+                                        FORGEALLOC_STATS_FILE=f"{d}/%p.txt"))
+            except subprocess.TimeoutExpired:
+                check(False, f"{cmd[0]} hung with a wrapper of open that allocates")
+            same = both.stdout == alone.stdout or cmd[0] == prog("p_calloc")  # it prints resident sizes
+            check(both.returncode == alone.returncode == 0 and same,
+                  f"{cmd[0]} with an io wrapper: {both.returncode} {both.stdout[-300:]!r} {both.stderr[-300:]!r}")
+        check(len(os.listdir(d)) == 3, f"dumps written: {os.listdir(d)}")
+
+
 def case_real_tools():
     """git and gcc work under the shim, and gcc's output is byte-identical."""
     import shutil
