@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--idle", type=float, default=3.0,
                     help="seconds to sit idle after the last unload, as a WebUI waiting for the next prompt")
     args = ap.parse_args()
+    if args.cycles < 1 or args.scale <= 0 or args.idle < 0:
+        ap.error("--cycles must be 1 or more, --scale above 0, --idle 0 or more")
     try:
         import torch
         torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
