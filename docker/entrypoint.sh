@@ -9,7 +9,9 @@
 # (docker logs) and every other process's in FORGEALLOC_STATS_DIR
 # (default /var/log/forgealloc, mount a volume there to keep them), one file
 # per process, named by `forgealloc run`.  `docker stop` sends SIGTERM; the
-# dump is still written.
+# dump is still written.  tini -g sends it to the command's process group:
+# a start script that runs Python as a child (not with exec) dies with it,
+# and Python still writes its dump.
 #
 # The kernel never kills a container's PID 1 with a signal that process
 # leaves at its default action, so the command must not be PID 1: the image
@@ -18,7 +20,7 @@
 set -eu
 
 if [ "$$" = 1 ] && command -v tini >/dev/null 2>&1; then
-    exec tini -- "$0" "$@"
+    exec tini -g -- "$0" "$@"
 fi
 
 if [ "$#" -eq 0 ]; then
@@ -41,8 +43,13 @@ if [ -z "$launcher" ]; then
 fi
 
 : "${FORGEALLOC_STATS:=text}"
-: "${FORGEALLOC_STATS_DIR:=/var/log/forgealloc}"
-export FORGEALLOC_STATS FORGEALLOC_STATS_DIR
+export FORGEALLOC_STATS
+# The image's directory, where this user may write there; else the
+# launcher's own default ($TMPDIR/forgealloc-$UID), without a warning:
+# nobody asked for this one.
+if [ -z "${FORGEALLOC_STATS_DIR:-}" ] && [ -d /var/log/forgealloc ] && [ -w /var/log/forgealloc ]; then
+    export FORGEALLOC_STATS_DIR=/var/log/forgealloc
+fi
 
 # ---- FORGEALLOC_PRELOAD=system (opt-in) ----
 # Also list the library in /etc/ld.so.preload (root, inside a container

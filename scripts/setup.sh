@@ -4,7 +4,7 @@
 # missing; uses sudo when not root.
 #
 #   scripts/setup.sh            build: compiler, cmake, gperftools
-#   scripts/setup.sh --test     + cmocka, python3, PyTorch (CPU), shellcheck, clang
+#   scripts/setup.sh --test     + cmocka, python3, PyTorch (CPU), shellcheck, clang, tini
 #   scripts/setup.sh --bench    + jemalloc, mimalloc, PyTorch, gnuplot
 #   scripts/setup.sh --demo     + python3, PyTorch (CPU)
 #   scripts/setup.sh --docker   + Docker's daemon and debootstrap (the image test)
@@ -13,7 +13,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libgoogle-perftools-dev file) # file: cpack -G DEB
 for arg in "$@"; do
     case "$arg" in
-    --test) pkgs+=(libcmocka-dev python3 python3-torch shellcheck binutils git clang libclang-rt-14-dev) ;;
+    --test) pkgs+=(libcmocka-dev python3 python3-torch shellcheck binutils git clang libclang-rt-14-dev tini) ;;
     --bench) pkgs+=(libjemalloc-dev libmimalloc-dev python3 python3-torch gnuplot-nox) ;;
     --demo) pkgs+=(python3 python3-torch) ;;
     --docker) pkgs+=(docker.io debootstrap) ;;

@@ -10,9 +10,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import DEFAULT_PYTHON, SKIP, check, main  # noqa: E402
@@ -143,6 +145,60 @@ def case_errors_and_help():
     check(r.returncode != 0 and "FORGEALLOC_LIB" in r.stderr, f"bad FORGEALLOC_LIB: {r.stderr!r}")
 
 
+def case_loaded():
+    """The library already in the launcher's shell (LD_PRELOAD from the caller): its subshells and helpers write
+    no dumps, and the command gets the caller's settings.  Not loaded: the helpers run without it (a bad setting
+    is reported once, by the command)."""
+    with tempfile.TemporaryDirectory() as d:
+        r = sh([launcher(), "run", "--", A.python, "-c", "import os; print(os.environ['FORGEALLOC_STATS'])"],
+               env(LD_PRELOAD=A.lib, FORGEALLOC_STATS="json", FORGEALLOC_STATS_DIR=d))
+        check(r.returncode == 0 and r.stdout.strip() == "json", f"caller's FORGEALLOC_STATS: {r.stdout!r} {r.stderr!r}")
+        check(r.stderr.count('"version"') == 1 and os.listdir(d) == [], f"one dump, the command's: {r.stderr!r} {os.listdir(d)}")
+        r = sh([launcher(), "run", "--stats", "off", "--", A.python, "-c", "pass"], env(FORGEALLOC_RELEASE_RATE="abc"))
+        check(r.stderr.count("FORGEALLOC_RELEASE_RATE") == 1, f"one warning: {r.stderr!r}")
+        r = sh([launcher(), "run", "--", "env"], env(LD_PRELOAD=A.lib, FORGEALLOC_LOG="info"))
+        check("FORGEALLOC_LOG=info\n" in r.stdout and "FORGEALLOC_LAUNCHER" not in r.stdout, f"caller's env: {r.stdout!r}")
+        r = sh([launcher(), "run", "--", "env"], env(LD_PRELOAD=A.lib, FORGEALLOC_STATS=None))
+        check("FORGEALLOC_STATS=text\n" in r.stdout and "FORGEALLOC_LOG=" not in r.stdout, f"unset stays unset: {r.stdout!r}")
+
+
+def case_edges():
+    """A command named like an option, a library path LD_PRELOAD cannot hold, a relative FORGEALLOC_STATS_DIR, a
+    fallback directory someone else made, a --stats-file that is a device."""
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(f"{d}/bin")
+        with open(f"{d}/bin/-c", "w") as f:
+            f.write("#!/bin/sh\necho I am -c\n")
+        os.chmod(f"{d}/bin/-c", 0o755)
+        r = sh([launcher(), "run", "--stats", "off", "--", "-c"], env(PATH=f"{d}/bin:{os.environ['PATH']}"))
+        check(r.returncode == 0 and r.stdout == "I am -c\n", f"command named -c: {r!r}")
+        os.mkdir(f"{d}/my dir")
+        shutil.copy(A.lib, f"{d}/my dir/libforgealloc.so")
+        r = sh([launcher(), "run", "--", "true"], env(FORGEALLOC_LIB=f"{d}/my dir/libforgealloc.so"))
+        lines = r.stderr.splitlines()
+        check(r.returncode == 2 and len(lines) == 1 and "space or colon" in lines[0], f"path with a space: {r!r}")
+        # Relative FORGEALLOC_STATS_DIR: a child that changes directory writes there too.
+        os.makedirs(f"{d}/w/sub")
+        r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='sub')"],
+               env(FORGEALLOC_STATS_DIR="st"), cwd=f"{d}/w")
+        check(r.returncode == 0 and "cannot write" not in r.stderr and len(os.listdir(f"{d}/w/st")) == 1,
+              f"relative FORGEALLOC_STATS_DIR: {r.stderr!r}")
+        # The fallback $TMPDIR/forgealloc-$UID made by another user: not used.
+        os.mkdir(f"{d}/tmp")
+        theirs = f"{d}/tmp/forgealloc-{os.geteuid()}"
+        os.mkdir(theirs, 0o777)
+        os.chown(theirs, 65534, 65534) if os.geteuid() == 0 else None
+        if os.geteuid() == 0:
+            r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
+                   env(TMPDIR=f"{d}/tmp"))
+            mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+            check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 1
+                  and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
+            check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
+        r = sh([launcher(), "run", "--stats-file", "/dev/null", "--", "true"])
+        check(r.returncode == 0 and r.stderr == "", f"--stats-file /dev/null: {r.stderr!r}")
+
+
 # ---- env, doctor, report ---------------------------------------------------------------
 
 def option_names():
@@ -242,6 +298,60 @@ def case_entrypoint():
         p.terminate()
         _, err = p.communicate(timeout=30)
         check(p.returncode == -15 and "signal after" in err, f"SIGTERM: status {p.returncode}, stderr {err!r}")
+
+
+def ns_pid1(unshare_pid):
+    """The host pid of the first process of the pid namespace `unshare --fork` made."""
+    for _ in range(200):
+        try:
+            kids = open(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        time.sleep(0.05)
+    return None
+
+
+def case_entrypoint_stop():
+    """`docker stop` of a container whose command is a start script that runs Python as a child (A1111's
+    webui.sh): the image's ENTRYPOINT (tini, then the entrypoint), and the entrypoint started as PID 1 (it puts
+    tini in front), each in a pid namespace of its own.  SIGTERM to PID 1 ends the container with status 143, and
+    Python, not only the shell, writes its dump."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("tini"):
+        print("needs root, unshare and tini - skipped")
+        return SKIP
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"pid namespaces not permitted here ({probe.stderr.strip()}) - skipped")
+        return SKIP
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    dockerfile = open(os.path.join(A.srcdir, "docker", "Dockerfile")).read()
+    image = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", dockerfile, re.M).group(1))
+    image = [entry if a.endswith("/entrypoint.sh") else shutil.which("tini") if a.endswith("/tini") else a
+             for a in image]
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "webui.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/bash\n{A.python} -u -c 'import time; print(\"up\"); time.sleep(30)'\necho after\n")
+        os.chmod(script, 0o755)
+        for how, argv in (("image ENTRYPOINT", image), ("entrypoint as PID 1", [entry])):
+            stats = os.path.join(d, how.replace(" ", "_"))
+            os.mkdir(stats)
+            p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc"] + argv + [script],
+                                 env=env(FORGEALLOC_STATS_DIR=stats), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+            check(p.stdout.readline() == "up\n", f"{how}: the script's Python did not start")
+            pid1 = ns_pid1(p.pid)
+            check(pid1, f"{how}: no PID 1")
+            time.sleep(0.3)
+            os.kill(pid1, signal.SIGTERM)
+            out, err = p.communicate(timeout=30)
+            check(p.returncode == 143, f"{how}: status {p.returncode}, stderr {err!r}")
+            check("after" not in out, f"{how}: the script went on after SIGTERM: {out!r}")
+            files = [open(os.path.join(stats, x)).read() for x in os.listdir(stats)]
+            check(any(re.match(r"forgealloc [0-9.]+: pid \d+ \(.*python.*\), signal", t) for t in files),
+                  f"{how}: Python wrote no dump ({len(files)} files; stderr {err!r})")
 
 
 # ---- start scripts that overwrite LD_PRELOAD, and the system preload (in a chroot) ----
@@ -346,6 +456,15 @@ def case_system_preload():
         got = served(r.stdout)
         check(got.get("interposed") == "yes" and r.stderr == "", f"system preload, script keeps: {r.stdout!r} {r.stderr!r}")
         check(open(os.path.join(root, "etc", "ld.so.preload")).read().split() == registered, "registered twice")
+        # A restart with the library registered: the shells of the entrypoint and the launcher carry it too, yet
+        # only the command's dump reaches the console and only its child writes a file.
+        r = in_chroot(root, [entry, A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
+                      {"FORGEALLOC_PRELOAD": "system", "FORGEALLOC_STATS_DIR": "/tmp/st"})
+        dumps = re.findall(r"^forgealloc [0-9.]+: pid \d+ \((.*?)\)", r.stderr, re.M)
+        check(r.returncode == 0 and len(dumps) == 1 and "python" in dumps[0], f"restart, dumps on stderr: {r.stderr!r}")
+        files = os.listdir(os.path.join(root, "tmp", "st"))
+        check(len(files) == 1, f"restart, stats files: {files}")
+        check("true" in open(os.path.join(root, "tmp", "st", files[0])).read().splitlines()[0], f"the child's: {files}")
         # forgealloc run -- start.sh (the launcher without the entrypoint) gets the same from the system preload.
         r = in_chroot(root, [launcher(), "run", "--", "/tmp/start.sh"], base)
         check(served(r.stdout).get("forgealloc") == "loaded", f"forgealloc run with the system preload: {r.stdout!r}")
