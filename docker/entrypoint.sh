@@ -10,8 +10,9 @@
 # (default /var/log/forgealloc, mount a volume there to keep them), one file
 # per process, named by `forgealloc run`.  `docker stop` sends SIGTERM; the
 # dump is still written.  tini -g sends it to the command's process group:
-# a start script that runs Python as a child (not with exec) dies with it,
-# and Python still writes its dump.
+# a start script that runs Python as a child (not with exec) dies of it and
+# the container ends with it; Python gets it too, and its dump is written if
+# it finishes first.
 #
 # The kernel never kills a container's PID 1 with a signal that process
 # leaves at its default action, so the command must not be PID 1: the image
