@@ -70,19 +70,36 @@ void fa_buddy_destroy(fa_buddy *b)
     memset(b, 0, sizeof *b);
 }
 
-/* [pos, end), free units at the end of what an allocation took from free
- * blocks (end is aligned to the last of them), goes back as aligned buddy
- * pieces, smallest first: each piece's buddy overlaps the allocation or is
- * part of a larger piece, so none can merge. */
-static void give_tail(fa_buddy *b, uint64_t pos, uint64_t end)
+static void free_block(fa_buddy *b, uint32_t u, unsigned k);
+
+/* [pos, end) back to the free lists as the largest aligned pieces that
+ * tile it; merge: each with its free buddies (a freed allocation), else
+ * pushed as it is (the free tail of what an allocation took from free
+ * blocks, end aligned to the last of them: each piece's buddy overlaps the
+ * allocation or is part of a larger piece, so none could merge). */
+static void put_range(fa_buddy *b, uint64_t pos, uint64_t end, bool merge)
 {
     while (pos < end) {
-        unsigned o = (unsigned)__builtin_ctzll(pos);
+        unsigned o = pos ? (unsigned)__builtin_ctzll(pos) : b->max_order;
         while (pos + ((uint64_t)1 << o) > end)
             o--;
-        push(b, (uint32_t)pos, o);
+        if (merge)
+            free_block(b, (uint32_t)pos, o);
+        else
+            push(b, (uint32_t)pos, o);
         pos += (uint64_t)1 << o;
     }
+}
+
+/* The length in units of the block that starts at unit pos, free or
+ * allocated; 0 if pos is not a block's start (never, with consistent
+ * tables).  Blocks tile the range, so this walks it in address order. */
+static uint64_t block_units(const fa_buddy *b, uint64_t pos)
+{
+    const fa_buddy_unit *r = &b->u[pos];
+    if (r->state == FA_BUDDY_FREE)
+        return (uint64_t)1 << r->order;
+    return r->state == FA_BUDDY_ALLOC || r->state == FA_BUDDY_HELD ? r->units : 0;
 }
 
 static void mark(fa_buddy *b, uint32_t u, uint64_t n, size_t bytes, uintptr_t *addr)
@@ -102,7 +119,7 @@ static void take_block(fa_buddy *b, uint32_t u, unsigned j, unsigned k, uint64_t
         j--;
         push(b, u + ((uint32_t)1 << j), j);
     }
-    give_tail(b, u + n, (uint64_t)u + ((uint64_t)1 << k));
+    put_range(b, u + n, (uint64_t)u + ((uint64_t)1 << k), false);
     mark(b, u, n, bytes, addr);
 }
 
@@ -163,21 +180,16 @@ static bool first_run(const fa_buddy *b, uint64_t n, uint64_t *start, uint64_t *
 {
     uint64_t total = (uint64_t)1 << b->max_order, pos = 0, run = 0;
     bool in_run = false;
-    while (pos < total) {
-        const fa_buddy_unit *r = &b->u[pos];
-        if (r->state == FA_BUDDY_FREE) {
-            if (!in_run)
-                run = pos, in_run = true;
-            pos += (uint64_t)1 << r->order;
-            if (pos - run >= n) {
-                *start = run, *end = pos;
-                return true;
-            }
-        } else if ((r->state == FA_BUDDY_ALLOC || r->state == FA_BUDDY_HELD) && r->units) {
-            in_run = false;
-            pos += r->units;
-        } else {
-            return false; /* not a block's start: never, with consistent tables */
+    for (uint64_t len; pos < total; pos += len) {
+        if (!(len = block_units(b, pos)))
+            return false;
+        bool is_free = b->u[pos].state == FA_BUDDY_FREE;
+        if (is_free && !in_run)
+            run = pos;
+        in_run = is_free;
+        if (is_free && pos + len - run >= n) {
+            *start = run, *end = pos + len;
+            return true;
         }
     }
     return false;
@@ -223,7 +235,7 @@ bool fa_buddy_alloc_fit(fa_buddy *b, size_t bytes, uintptr_t *addr)
         unlink_block(b, (uint32_t)q);
         q += size;
     }
-    give_tail(b, best + n, best_end);
+    put_range(b, best + n, best_end, false);
     mark(b, (uint32_t)best, n, bytes, addr);
     return true;
 }
@@ -255,17 +267,10 @@ static void free_block(fa_buddy *b, uint32_t u, unsigned k)
 
 void fa_buddy_free_unit(fa_buddy *b, uint32_t u)
 {
-    uint64_t pos = u, end = (uint64_t)u + b->u[u].units;
     b->u[u].state = FA_BUDDY_NONE;
-    /* The largest aligned pieces, from u: for an allocation aligned to its
-     * size (fa_buddy_alloc), the binary digits of its units from the top. */
-    while (pos < end) {
-        unsigned o = pos ? (unsigned)__builtin_ctzll(pos) : b->max_order;
-        while (pos + ((uint64_t)1 << o) > end)
-            o--;
-        free_block(b, (uint32_t)pos, o);
-        pos += (uint64_t)1 << o;
-    }
+    /* For an allocation aligned to its size (fa_buddy_alloc), the pieces
+     * are the binary digits of its units from the top. */
+    put_range(b, u, (uint64_t)u + b->u[u].units, true);
 }
 
 size_t fa_buddy_largest(const fa_buddy *b)
@@ -299,16 +304,11 @@ int fa_buddy_check(const fa_buddy *b)
     problems += free_units != b->free_units;
     /* The blocks, free and allocated, tile the range. */
     uint64_t pos = 0, total = (uint64_t)1 << b->max_order, walked_free = 0;
-    while (pos < total) {
-        const fa_buddy_unit *r = &b->u[pos];
-        if (r->state == FA_BUDDY_FREE) {
-            walked_free += (uint64_t)1 << r->order;
-            pos += (uint64_t)1 << r->order;
-        } else if ((r->state == FA_BUDDY_ALLOC || r->state == FA_BUDDY_HELD) && r->units) {
-            pos += r->units;
-        } else {
+    for (uint64_t len; pos < total; pos += len) {
+        if (!(len = block_units(b, pos)))
             return problems + 1;
-        }
+        if (b->u[pos].state == FA_BUDDY_FREE)
+            walked_free += len;
     }
     problems += pos != total || walked_free != free_units;
     return problems;
