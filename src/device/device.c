@@ -1056,6 +1056,18 @@ fa_cuda_error fa_device_reset(void)
      * returns, keeps a new pool from being reserved before the driver
      * frees everything, and a second reset waits its turn. */
     devstate *d = &devs[dev];
+    /* The driver's reset waits for the device's queued work; unmapping the
+     * pieces does not: the work lands first, as it would without the pool.
+     * A failed sync (a sticky error, a capture) is the reset's to clear. */
+    if (state_of(d) == READY && __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE) == KIND_VMM &&
+        rt->cudaDeviceSynchronize) {
+        bool clear = error_clear(rt);
+        uint64_t t0 = now_ns();
+        if (rt->cudaDeviceSynchronize() != 0)
+            absorb(rt, clear);
+        ST_ADD(d, driver_ns, now_ns() - t0);
+        ST_ADD(d, device_syncs, 1);
+    }
     pthread_mutex_lock(&d->lock);
     while (d->state == RESERVING || d->state == RESETTING)
         pthread_cond_wait(&d->settled, &d->lock);

@@ -496,7 +496,18 @@ static int reset(void)
 {
     void *a = dmalloc(MiB);
     CHECK(stat_of("device.0.pool_bytes") > 0);
+    /* Work queued before the reset completes, as the driver waits for it:
+     * the pool's memory stays mapped until then. */
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s) == cudaSuccess);
+    static unsigned char host[4096];
+    CHECK(fakecuda_enqueue_fill(s, a, 0x5A, MiB) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(host, (unsigned char *)a + MiB - sizeof host, sizeof host, cudaMemcpyDeviceToHost, s) ==
+          cudaSuccess);
     CHECK(cudaDeviceReset() == cudaSuccess);
+    CHECK(fakecuda_faults(0) == 0);
+    CHECK(host[0] == 0x5A && host[sizeof host - 1] == 0x5A);
+    CHECK(cudaGetLastError() == cudaSuccess);
     CHECK(stat_of("device.0.pool_bytes") == 0);
     CHECK(fakecuda_used(0) == 0);
     CHECK(cudaFree(a) == cudaErrorInvalidValue); /* gone with the reset: the driver's answer */

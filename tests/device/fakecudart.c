@@ -107,8 +107,9 @@ struct device {
  * puts fresh host memory there, still PROT_NONE until cuMemSetAccess gives
  * some device access (the host then reads and writes it, as tests do).
  * cuMemUnmap puts PROT_NONE back and waits for nothing: queued work that
- * lands there later is a fault (fakecuda_faults).  A piece's contents do
- * not follow it to another address. */
+ * lands there later is a fault (fakecuda_faults).  cuMemAddressFree keeps
+ * the range (PROT_NONE, never reused), so work landing there after it
+ * faults too.  A piece's contents do not follow it to another address. */
 struct vm_piece {
     struct vm_piece *next, *prev;
     int device;
@@ -150,6 +151,7 @@ static struct {
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
+    struct vm_reservation *freed_va; /* address space given back: work landing there faults */
     struct vm_mapping *mappings;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -800,7 +802,10 @@ static void land_implicit_deps(struct CUstream_st *s, uint64_t seq)
  * access for the device when it lands: elsewhere it faults. */
 static int lands(const struct op *o, const void *p, size_t n)
 {
-    if (!reservation_of(p, 1) || vm_reachable(p, n, o->device))
+    bool freed = false;
+    for (struct vm_reservation *r = g.freed_va; r && !freed; r = r->next)
+        freed = (uintptr_t)p - (uintptr_t)r->base < r->size;
+    if (!freed && (!reservation_of(p, 1) || vm_reachable(p, n, o->device)))
         return 1;
     g.dev[o->device].faults++;
     return 0;
@@ -1047,6 +1052,11 @@ static cudaError_t do_device_reset(void)
         return rc;
     struct device *d = &g.dev[dev];
 
+    /* The driver waits for the device's queued work before it tears the
+     * context down (a kernel's printf appears at the reset); work captured
+     * into a graph never runs, and after a sync error nothing lands. */
+    if (!g.sync_error)
+        land_device(dev);
     drop_queue(&d->legacy);
     for (struct CUstream_st **link = &g.streams; *link;) {
         struct CUstream_st *s = *link;
@@ -1648,9 +1658,10 @@ static int do_cu_address_free(fa_cu_ptr ptr, size_t size)
         if (r->gran[i])
             return CU_INVALID;
     *link = r->next;
-    munmap(r->base, r->size);
     free(r->gran);
-    free(r);
+    r->gran = NULL;
+    r->next = g.freed_va;
+    g.freed_va = r;
     return CU_OK;
 }
 
