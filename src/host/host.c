@@ -493,7 +493,7 @@ void *fa_host_memalign(size_t align, size_t n, void *caller)
 {
     align = memalign_alignment(align);
     if (!power_of_two(align)) {
-        fa_stats_alloc(FA_CALL_memalign, n);
+        fa_stats_alloc(FA_CALL_memalign, 0); /* counted, but nothing was requested */
         errno = EINVAL;
         return NULL;
     }
@@ -526,7 +526,7 @@ void *fa_host_aligned_alloc(size_t align, size_t n, void *caller)
     if (!strict_aligned_alloc())
         align = memalign_alignment(align);
     if (!power_of_two(align)) {
-        fa_stats_alloc(FA_CALL_aligned_alloc, n);
+        fa_stats_alloc(FA_CALL_aligned_alloc, 0); /* counted, but nothing was requested */
         errno = EINVAL;
         return NULL;
     }
@@ -535,9 +535,11 @@ void *fa_host_aligned_alloc(size_t align, size_t n, void *caller)
 
 int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
 {
-    fa_stats_alloc(FA_CALL_posix_memalign, n);
-    if (!power_of_two(align) || align % sizeof(void *) != 0)
+    if (!power_of_two(align) || align % sizeof(void *) != 0) {
+        fa_stats_alloc(FA_CALL_posix_memalign, 0); /* counted, but nothing was requested */
         return EINVAL;
+    }
+    fa_stats_alloc(FA_CALL_posix_memalign, n);
     HOST_READY();
     int saved = errno;
     void *p = tc_memalign(align, n);

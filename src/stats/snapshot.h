@@ -86,7 +86,7 @@ enum fa_field_metric {
  * tests/check_stats_json.py reads its list of host keys from this table. */
 #define FA_HOST_FIELDS(X)                                                                                      \
     X("bytes_requested", FA_COUNTER, FA_NO_METRIC, 1, s->host.bytes_requested,                                  \
-      "bytes requested by allocating calls (calloc: n*size)")                                                    \
+      "bytes requested by allocating calls (calloc: n*size; calls refused for their arguments: none)")           \
     X("large_allocs", FA_COUNTER, FA_METRIC, 1, s->host.large_allocs,                                           \
       "allocations at or above the large-allocation threshold")                                                  \
     X("rss_bytes", FA_GAUGE, FA_METRIC, 1, s->rss_bytes, "resident set size")                                   \

@@ -11,7 +11,9 @@
  *   p_calls print-swap TEXT   TEXT to the real stdout, then stdout pointed
  *                        at a stream that is closed and its memory reused */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <malloc.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,10 @@ static void calls(long n)
         free(sink);
         sink = pvalloc(10);
         free(sink);
+        /* Refused alignments: counted as calls, with no bytes requested. */
+        if (posix_memalign(&p, 3, 1 << 20) != EINVAL || memalign(SIZE_MAX, 1 << 20) != NULL ||
+            aligned_alloc(SIZE_MAX, 1 << 20) != NULL)
+            abort();
     }
 }
 
