@@ -30,6 +30,7 @@ static fa_snapshot snap_main, snap_sig;
 static int busy;
 static bool forked;
 static bool warned_write;
+static bool pruned; /* FORGEALLOC_STATS_KEEP applied in this process */
 static fa_file_scratch file_main, file_sig;
 static char path_main[FA_FILE_NAME_CAP], path_sig[FA_FILE_NAME_CAP];
 static int sig_owner; /* thread id of the signal dump under way, 0 if none */
@@ -228,6 +229,9 @@ void fa_report_configured(const char *reason, bool in_signal)
         bool expanded = fa_path_expand(tmpl, &parts, path, sizeof path_main);
         if (expanded)
             err = fa_file_write_atomic(path, b.p, b.len, file);
+        /* Once per process, after its first file: others' old ones go. */
+        if (!err && !__atomic_exchange_n(&pruned, true, __ATOMIC_RELAXED))
+            fa_file_prune(tmpl, path, (unsigned)fa_opt_u64(FA_OPT_STATS_KEEP), file);
         if (err && !warned_write) {
             warned_write = true;
             char eb[32], shown[SHOWN_PATH + 4];
@@ -256,5 +260,6 @@ void fa_report_fork_child(void)
     busy = 0;
     sig_owner = 0;
     warned_write = false;
+    pruned = false;
     file_main.tmp[0] = file_sig.tmp[0] = '\0';
 }

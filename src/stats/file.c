@@ -140,6 +140,120 @@ void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
     close(fd);
 }
 
+static bool host_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+           c == '_';
+}
+
+/* Backtracking, within a budget of steps (a name that would need more is
+ * taken as no match). */
+static bool match_from(const char *p, const char *n, unsigned *budget)
+{
+    for (;;) {
+        if (*budget == 0)
+            return false;
+        (*budget)--;
+        if (p[0] == '%' && (p[1] == 'p' || p[1] == 't' || p[1] == 'h')) {
+            bool host = p[1] == 'h';
+            size_t k = 0;
+            while ((n[k] >= '0' && n[k] <= '9') || (host && n[k] && host_char(n[k])))
+                k++;
+            for (; k > 0; k--)
+                if (match_from(p + 2, n + k, budget))
+                    return true;
+            return false;
+        }
+        char c = p[0];
+        if (c == '%' && p[1] == '%')
+            p++;
+        if (c == '\0')
+            return n[0] == '\0';
+        if (n[0] != c)
+            return false;
+        p++;
+        n++;
+    }
+}
+
+bool fa_file_name_matches(const char *tmpl, const char *name)
+{
+    const char *slash = strrchr(tmpl, '/');
+    unsigned budget = 20000;
+    return strstr(name, ".tmp-") == NULL && match_from(slash ? slash + 1 : tmpl, name, &budget);
+}
+
+/* Entries of the open directory fd that match tmpl, other than `own`:
+ * counted, or (pick) the oldest regular files among them recorded in
+ * scratch->oldest, oldest first.  Returns the count, or how many were
+ * picked. */
+static size_t prune_scan(int fd, const char *tmpl, const char *own, fa_file_scratch *s, size_t pick)
+{
+    enum { CAP = sizeof s->oldest / sizeof s->oldest[0] };
+    size_t n = 0;
+    if (lseek(fd, 0, SEEK_SET) != 0)
+        return 0;
+    long got;
+    while ((got = syscall(SYS_getdents64, fd, s->dents, sizeof s->dents)) > 0) {
+        for (long off = 0; off < got;) {
+            struct dirent64 *e = (struct dirent64 *)(s->dents + off);
+            off += e->d_reclen;
+            if (strcmp(e->d_name, own) == 0 || strlen(e->d_name) >= sizeof s->oldest[0].name ||
+                !fa_file_name_matches(tmpl, e->d_name))
+                continue;
+            if (!pick) {
+                n++;
+                continue;
+            }
+            struct stat st;
+            if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+                continue;
+            int64_t sec = st.st_mtim.tv_sec;
+            long nsec = st.st_mtim.tv_nsec;
+            size_t limit = pick < CAP ? pick : CAP;
+            size_t i = n < limit ? n : limit;
+            if (i == limit && (sec > s->oldest[i - 1].sec || (sec == s->oldest[i - 1].sec && nsec >= s->oldest[i - 1].nsec)))
+                continue; /* newer than every one kept */
+            if (i == limit)
+                i--; /* the newest kept makes room */
+            for (; i > 0 && (sec < s->oldest[i - 1].sec || (sec == s->oldest[i - 1].sec && nsec < s->oldest[i - 1].nsec)); i--)
+                s->oldest[i] = s->oldest[i - 1];
+            s->oldest[i].sec = sec;
+            s->oldest[i].nsec = nsec;
+            strcpy(s->oldest[i].name, e->d_name);
+            if (n < limit)
+                n++;
+        }
+    }
+    return n;
+}
+
+void fa_file_prune(const char *tmpl, const char *path, unsigned keep, fa_file_scratch *scratch)
+{
+    if (keep == 0 || !dir_of(path, scratch->work, sizeof scratch->work))
+        return;
+    const char *slash = strrchr(path, '/');
+    const char *own = slash ? slash + 1 : path;
+    int fd = open(scratch->work, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t others = prune_scan(fd, tmpl, own, scratch, 0);
+    size_t target = keep - keep / 10; /* own file included */
+    if (others + 1 > keep && target > 0) {
+        size_t excess = others + 1 - target;
+        for (int round = 0; round < 16 && excess > 0; round++) {
+            size_t picked = prune_scan(fd, tmpl, own, scratch, excess);
+            size_t gone = 0;
+            for (size_t i = 0; i < picked; i++)
+                gone += unlinkat(fd, scratch->oldest[i].name, 0) == 0;
+            if (gone == 0)
+                break;
+            excess = gone >= excess ? 0 : excess - gone;
+        }
+    }
+    close(fd);
+}
+
 /* Write data to fd (opened O_NONBLOCK) and close it: a FIFO's reader that
  * does not read is waited for a bounded time, one that went away is an
  * error (EPIPE), never a SIGPIPE (fa_write_all). */

@@ -43,6 +43,11 @@ typedef struct fa_file_scratch {
     char tmp[FA_FILE_NAME_CAP];  /* the temporary's name while it may exist, "" otherwise */
     char work[FA_FILE_NAME_CAP]; /* a name being built; the directory being swept */
     char dents[4096];            /* directory entries being swept */
+    struct fa_file_oldest {      /* the oldest stats files found by a pruning pass */
+        int64_t sec;
+        long nsec;
+        char name[256];
+    } oldest[64];
 } fa_file_scratch;
 
 /* Write data to path atomically: a new file renamed over the old one,
@@ -64,6 +69,19 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file
  * another namespace's (a volume shared between containers).  Uses
  * scratch->work and scratch->dents. */
 void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch);
+
+/* Does `name` (a file name) look like what the file-name part of the
+ * pattern `tmpl` expands to: %p and %t any digits, %h any hostname
+ * characters, %% a '%'? */
+bool fa_file_name_matches(const char *tmpl, const char *name);
+
+/* Keep at most `keep` stats files of the pattern `tmpl` in the directory of
+ * `path` (the file this process wrote, which stays): when there are more,
+ * the oldest by modification time go until nine tenths of `keep` are left.
+ * Regular files only; temporaries and other names are left alone.  No
+ * malloc (scratch->work, dents and oldest); bounded work: at most 1024 files
+ * go per call. */
+void fa_file_prune(const char *tmpl, const char *path, unsigned keep, fa_file_scratch *scratch);
 
 /* "Permission denied"-style text for the errno values a stats file meets;
  * "error N" for others.  (strerror may allocate for translations.) */

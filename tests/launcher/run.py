@@ -102,6 +102,32 @@ def case_stats_routing():
               f"relative --stats-file: {os.listdir(d)} {os.listdir(f'{d}/repo')} {r.stderr!r}")
 
 
+def case_stats_keep():
+    """Children's files do not pile up: with FORGEALLOC_STATS_KEEP=20, sixty children leave at most 20 files in the
+    directory, the oldest gone first (files of other names stay); the launcher sets 1000 where it chooses the
+    directory, and nothing where a stats file is given."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", os.uname().nodename)
+    with tempfile.TemporaryDirectory() as d:
+        old = [f"{d}/{host}-1000000000000-{i}.txt" for i in range(30)]
+        for i, path in enumerate(old):
+            open(path, "w").close()
+            os.utime(path, (1e9 + i, 1e9 + i))
+        open(f"{d}/notes.txt", "w").close()
+        r = sh([launcher(), "run", "--", "sh", "-c", "for i in $(seq 60); do /bin/true; done; "
+                "echo \"$FORGEALLOC_STATS_KEEP\""], env(FORGEALLOC_STATS_DIR=d, FORGEALLOC_STATS_KEEP="20"))
+        files = os.listdir(d)
+        check(r.returncode == 0 and r.stdout == "20\n", f"run: {r.stdout!r} {r.stderr[-500:]!r}")
+        check("notes.txt" in files, f"a file of another name was removed: {files}")
+        ours = [f for f in files if f != "notes.txt"]
+        check(15 <= len(ours) <= 20, f"{len(ours)} stats files kept with FORGEALLOC_STATS_KEEP=20: {sorted(ours)}")
+        check(not any(os.path.basename(p) in files for p in old), f"the oldest files stayed: {sorted(ours)}")
+        r = sh([launcher(), "run", "--", "sh", "-c", "echo \"$FORGEALLOC_STATS_KEEP\""], env(FORGEALLOC_STATS_DIR=d))
+        check(r.stdout == "1000\n", f"the launcher's default for its directory: {r.stdout!r}")
+        r = sh([launcher(), "run", "--stats-file", f"{d}/x-%p.txt", "--", "sh", "-c",
+                "echo \"${FORGEALLOC_STATS_KEEP-unset}\""])
+        check(r.stdout == "unset\n", f"FORGEALLOC_STATS_KEEP with a stats file given: {r.stdout!r}")
+
+
 def case_stats_unique():
     """Runs whose pids repeat (containers and restarts sharing a volume) keep their own files: three runs in
     separate pid namespaces, each a command with pid 1 (its dump on stderr) and a child with the same pid in

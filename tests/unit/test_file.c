@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <dirent.h>
 #include <sys/wait.h>
@@ -282,6 +283,99 @@ static void test_stale_temporaries_swept(void **state)
     }
 }
 
+static void test_name_matches(void **state)
+{
+    (void)state;
+    const char *t = "/var/log/fa/%h-%t-%p.txt";
+    assert_true(fa_file_name_matches(t, "abc123-1795565106575-30722.txt"));
+    assert_true(fa_file_name_matches(t, "my-host.lan-17-1.txt")); /* a hostname with '-' */
+    assert_false(fa_file_name_matches(t, "host-17-1.json"));
+    assert_false(fa_file_name_matches(t, "host-17-.txt"));
+    assert_false(fa_file_name_matches(t, "host-x7-1.txt"));
+    assert_false(fa_file_name_matches(t, "host-17-1.txt.tmp-0123456789abcdef-1-1")); /* a temporary */
+    assert_false(fa_file_name_matches(t, "notes.txt"));
+    assert_true(fa_file_name_matches("stats-%p", "stats-42"));
+    assert_false(fa_file_name_matches("stats-%p", "stats-42.tmp-untagged-42-1"));
+    assert_true(fa_file_name_matches("100%%-%p.json", "100%-7.json"));
+    assert_false(fa_file_name_matches("100%%-%p.json", "100%%-7.json"));
+    assert_true(fa_file_name_matches("fixed.json", "fixed.json"));
+    assert_false(fa_file_name_matches("fixed.json", "fixed.jsonx"));
+    /* A name that would take endless backtracking is no match, quickly. */
+    char many[250];
+    memset(many, '1', sizeof many - 1);
+    many[sizeof many - 1] = '\0';
+    assert_false(fa_file_name_matches("%p%t%p%t%p%t%px", many));
+}
+
+/* A file in dir with the given age in seconds. */
+static void aged(const char *name, int age)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    close(open(p, O_CREAT | O_WRONLY, 0600));
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= age;
+    t[1] = t[0];
+    assert_int_equal(utimensat(AT_FDCWD, p, t, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+static bool present(const char *name)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+static void test_prune(void **state)
+{
+    (void)state;
+    char tmpl[128], own[128], name[64];
+    snprintf(tmpl, sizeof tmpl, "%s/%%h-%%t-%%p.json", dir);
+    snprintf(own, sizeof own, "%s/h-1-1.json", dir);
+    aged("h-1-1.json", 5000); /* this process's own file: stays, however old */
+    for (int i = 0; i < 15; i++) { /* i seconds old... */
+        snprintf(name, sizeof name, "h-%d-%d.json", 100 + i, 200 + i);
+        aged(name, 100 + i * 10);
+    }
+    aged("notes.json", 9000);                /* not the pattern's */
+    aged("h-2-2.json.tmp-untagged-2-1", 9000); /* a temporary */
+    char p[256];
+    snprintf(p, sizeof p, "%s/h-3-3.json", dir);
+    assert_int_equal(symlink("/nonexistent", p), 0); /* the pattern's name, not a regular file */
+
+    fa_file_prune(tmpl, own, 0, &scratch); /* 0: keep all */
+    assert_int_equal(entries(), 19);
+    fa_file_prune(tmpl, own, 20, &scratch); /* 17 of the pattern: fewer than 20 */
+    assert_int_equal(entries(), 19);
+    /* 17 > 10: down to 9, the oldest regular files first: the 8 oldest of
+     * the 15 (the link counts but never goes). */
+    fa_file_prune(tmpl, own, 10, &scratch);
+    assert_int_equal(entries(), 11);
+    for (int i = 0; i < 15; i++) {
+        snprintf(name, sizeof name, "h-%d-%d.json", 100 + i, 200 + i);
+        if (i < 7)
+            assert_true(present(name));
+        else
+            assert_false(present(name));
+    }
+    assert_true(present("h-1-1.json") && present("notes.json") && present("h-2-2.json.tmp-untagged-2-1") &&
+                present("h-3-3.json"));
+
+    /* More than one round's worth (64) goes in one call. */
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "h-%d-%d.json", 1000 + i, 1000 + i);
+        aged(name, 10 + i);
+    }
+    fa_file_prune(tmpl, own, 50, &scratch);
+    assert_int_equal(entries(), 45 + 2); /* 45 of the pattern (own and the link among them), notes, temporary */
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "h-%d-%d.json", 1000 + i, 1000 + i);
+        assert_int_equal(present(name), i < 43);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +387,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors_leave_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_temporaries_swept, setup, teardown),
+        cmocka_unit_test(test_name_matches),
+        cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
