@@ -155,11 +155,14 @@ static bool match_from(const char *p, const char *n, unsigned *budget)
             return false;
         (*budget)--;
         if (p[0] == '%' && (p[1] == 'p' || p[1] == 't' || p[1] == 'h')) {
+            /* %t: Unix milliseconds, 13 digits (2001 to 2286); %p: a pid,
+             * at most 7 digits; %h: at most 64 hostname characters. */
             bool host = p[1] == 'h';
+            size_t least = p[1] == 't' ? 13 : 1, most = p[1] == 't' ? 13 : p[1] == 'p' ? 7 : 64;
             size_t k = 0;
-            while ((n[k] >= '0' && n[k] <= '9') || (host && n[k] && host_char(n[k])))
+            while (k < most && ((n[k] >= '0' && n[k] <= '9') || (host && n[k] && host_char(n[k]))))
                 k++;
-            for (; k > 0; k--)
+            for (; k >= least; k--)
                 if (match_from(p + 2, n + k, budget))
                     return true;
             return false;
@@ -181,6 +184,25 @@ bool fa_file_name_matches(const char *tmpl, const char *name)
     const char *slash = strrchr(tmpl, '/');
     unsigned budget = 20000;
     return strstr(name, ".tmp-") == NULL && match_from(slash ? slash + 1 : tmpl, name, &budget);
+}
+
+/* Does the regular file `name` in fd begin as a stats dump does (text,
+ * JSON or Prometheus)?  Only such files are ever removed. */
+static bool is_dump(int fd, const char *name)
+{
+    static const char *const heads[] = {"forgealloc ", "{\"schema\":\"forgealloc.stats/", "# HELP forgealloc_"};
+    char head[40];
+    int f = openat(fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f < 0)
+        return false;
+    ssize_t n = read(f, head, sizeof head);
+    close(f);
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        size_t len = strlen(heads[i]);
+        if (n >= (ssize_t)len && memcmp(head, heads[i], len) == 0)
+            return true;
+    }
+    return false;
 }
 
 /* Entries of the open directory fd that match tmpl, other than `own`:
@@ -214,6 +236,8 @@ static size_t prune_scan(int fd, const char *tmpl, const char *own, fa_file_scra
             size_t i = n < limit ? n : limit;
             if (i == limit && (sec > s->oldest[i - 1].sec || (sec == s->oldest[i - 1].sec && nsec >= s->oldest[i - 1].nsec)))
                 continue; /* newer than every one kept */
+            if (!is_dump(fd, e->d_name))
+                continue; /* a file of somebody else's that happens to have such a name */
             if (i == limit)
                 i--; /* the newest kept makes room */
             for (; i > 0 && (sec < s->oldest[i - 1].sec || (sec == s->oldest[i - 1].sec && nsec < s->oldest[i - 1].nsec)); i--)

@@ -71,14 +71,15 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file
 void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch);
 
 /* Does `name` (a file name) look like what the file-name part of the
- * pattern `tmpl` expands to: %p and %t any digits, %h any hostname
- * characters, %% a '%'? */
+ * pattern `tmpl` expands to: %t 13 digits, %p up to 7 digits, %h up to
+ * 64 hostname characters, %% a '%'? */
 bool fa_file_name_matches(const char *tmpl, const char *name);
 
 /* Keep at most `keep` stats files of the pattern `tmpl` in the directory of
  * `path` (the file this process wrote, which stays): when there are more,
  * the oldest by modification time go until nine tenths of `keep` are left.
- * Regular files only; temporaries and other names are left alone.  No
+ * Only regular files that begin as a stats dump does; temporaries, other
+ * names and other contents are left alone.  No
  * malloc (scratch->work, dents and oldest); bounded work: at most 1024 files
  * go per call. */
 void fa_file_prune(const char *tmpl, const char *path, unsigned keep, fa_file_scratch *scratch);

@@ -104,21 +104,26 @@ def case_stats_routing():
 
 def case_stats_keep():
     """Children's files do not pile up: with FORGEALLOC_STATS_KEEP=20, sixty children leave at most 20 files in the
-    directory, the oldest gone first (files of other names stay); the launcher sets 1000 where it chooses the
+    directory, the oldest gone first (files of other names or contents stay); the launcher sets 1000 where it chooses the
     directory, and nothing where a stats file is given."""
     host = re.sub(r"[^A-Za-z0-9._-]", "_", os.uname().nodename)
     with tempfile.TemporaryDirectory() as d:
         old = [f"{d}/{host}-1000000000000-{i}.txt" for i in range(30)]
         for i, path in enumerate(old):
-            open(path, "w").close()
+            with open(path, "w") as f:
+                f.write("forgealloc 0.1.0: pid 1 (/bin/true), exit after 0.000 s\n")
             os.utime(path, (1e9 + i, 1e9 + i))
-        open(f"{d}/notes.txt", "w").close()
+        mine = f"{host}-1000000000000-99.txt"  # such a name, but not a dump: never removed
+        for name in ("notes.txt", mine):
+            with open(f"{d}/{name}", "w") as f:
+                f.write("my notes\n")
+            os.utime(f"{d}/{name}", (1e9, 1e9))
         r = sh([launcher(), "run", "--", "sh", "-c", "for i in $(seq 60); do /bin/true; done; "
                 "echo \"$FORGEALLOC_STATS_KEEP\""], env(FORGEALLOC_STATS_DIR=d, FORGEALLOC_STATS_KEEP="20"))
         files = os.listdir(d)
         check(r.returncode == 0 and r.stdout == "20\n", f"run: {r.stdout!r} {r.stderr[-500:]!r}")
-        check("notes.txt" in files, f"a file of another name was removed: {files}")
-        ours = [f for f in files if f != "notes.txt"]
+        check("notes.txt" in files and mine in files, f"a file that is not a dump was removed: {files}")
+        ours = [f for f in files if f not in ("notes.txt", mine)]
         check(15 <= len(ours) <= 20, f"{len(ours)} stats files kept with FORGEALLOC_STATS_KEEP=20: {sorted(ours)}")
         check(not any(os.path.basename(p) in files for p in old), f"the oldest files stayed: {sorted(ours)}")
         r = sh([launcher(), "run", "--", "sh", "-c", "echo \"$FORGEALLOC_STATS_KEEP\""], env(FORGEALLOC_STATS_DIR=d))

@@ -288,11 +288,13 @@ static void test_name_matches(void **state)
     (void)state;
     const char *t = "/var/log/fa/%h-%t-%p.txt";
     assert_true(fa_file_name_matches(t, "abc123-1795565106575-30722.txt"));
-    assert_true(fa_file_name_matches(t, "my-host.lan-17-1.txt")); /* a hostname with '-' */
-    assert_false(fa_file_name_matches(t, "host-17-1.json"));
-    assert_false(fa_file_name_matches(t, "host-17-.txt"));
-    assert_false(fa_file_name_matches(t, "host-x7-1.txt"));
-    assert_false(fa_file_name_matches(t, "host-17-1.txt.tmp-0123456789abcdef-1-1")); /* a temporary */
+    assert_true(fa_file_name_matches(t, "my-host.lan-1795565106575-1.txt")); /* a hostname with '-' */
+    assert_false(fa_file_name_matches(t, "host-1795565106575-1.json"));
+    assert_false(fa_file_name_matches(t, "host-1795565106575-.txt"));
+    assert_false(fa_file_name_matches(t, "host-1795565106575-12345678.txt")); /* no pid has 8 digits */
+    assert_false(fa_file_name_matches(t, "report-2023-01.txt"));              /* %t has 13 digits */
+    assert_false(fa_file_name_matches(t, "host-x795565106575-1.txt"));
+    assert_false(fa_file_name_matches(t, "host-1795565106575-1.txt.tmp-0123456789abcdef-1-1")); /* a temporary */
     assert_false(fa_file_name_matches(t, "notes.txt"));
     assert_true(fa_file_name_matches("stats-%p", "stats-42"));
     assert_false(fa_file_name_matches("stats-%p", "stats-42.tmp-untagged-42-1"));
@@ -304,21 +306,27 @@ static void test_name_matches(void **state)
     char many[250];
     memset(many, '1', sizeof many - 1);
     many[sizeof many - 1] = '\0';
-    assert_false(fa_file_name_matches("%p%t%p%t%p%t%px", many));
+    assert_false(fa_file_name_matches("%h%h%h%h%h%h%hx", many));
 }
 
-/* A file in dir with the given age in seconds. */
-static void aged(const char *name, int age)
+/* A file in dir with the given age in seconds, beginning as a dump does
+ * (or, with other, as something else). */
+static void aged_as(const char *name, int age, const char *text)
 {
     char p[256];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    close(open(p, O_CREAT | O_WRONLY, 0600));
+    int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
     struct timespec t[2];
     clock_gettime(CLOCK_REALTIME, &t[0]);
     t[0].tv_sec -= age;
     t[1] = t[0];
     assert_int_equal(utimensat(AT_FDCWD, p, t, AT_SYMLINK_NOFOLLOW), 0);
 }
+
+static void aged(const char *name, int age) { aged_as(name, age, "forgealloc 0.1.0: pid 1 (/bin/true), exit\n"); }
 
 static bool present(const char *name)
 {
@@ -333,46 +341,49 @@ static void test_prune(void **state)
     (void)state;
     char tmpl[128], own[128], name[64];
     snprintf(tmpl, sizeof tmpl, "%s/%%h-%%t-%%p.json", dir);
-    snprintf(own, sizeof own, "%s/h-1-1.json", dir);
-    aged("h-1-1.json", 5000); /* this process's own file: stays, however old */
-    for (int i = 0; i < 15; i++) { /* i seconds old... */
-        snprintf(name, sizeof name, "h-%d-%d.json", 100 + i, 200 + i);
-        aged(name, 100 + i * 10);
+    snprintf(own, sizeof own, "%s/h-1700000000000-1.json", dir);
+    aged("h-1700000000000-1.json", 5000); /* this process's own file: stays, however old */
+    for (int i = 0; i < 15; i++) {        /* 100 to 240 seconds old, in JSON and Prometheus too */
+        snprintf(name, sizeof name, "h-1700000000%03d-%d.json", 100 + i, 200 + i);
+        aged_as(name, 100 + i * 10,
+                i % 3 == 0   ? "forgealloc 0.1.0: pid 1\n"
+                : i % 3 == 1 ? "{\"schema\":\"forgealloc.stats/1\",\"pid\":1}"
+                             : "# HELP forgealloc_info forgealloc version\n");
     }
-    aged("notes.json", 9000);                /* not the pattern's */
-    aged("h-2-2.json.tmp-untagged-2-1", 9000); /* a temporary */
+    aged("notes.json", 9000);                             /* not the pattern's */
+    aged("h-1700000000002-2.json.tmp-untagged-2-1", 9000); /* a temporary */
+    aged_as("x-1700000000004-4.json", 9000, "{\"mine\": true}"); /* the pattern's name, somebody else's file */
     char p[256];
-    snprintf(p, sizeof p, "%s/h-3-3.json", dir);
+    snprintf(p, sizeof p, "%s/h-1700000000003-3.json", dir);
     assert_int_equal(symlink("/nonexistent", p), 0); /* the pattern's name, not a regular file */
 
     fa_file_prune(tmpl, own, 0, &scratch); /* 0: keep all */
-    assert_int_equal(entries(), 19);
-    fa_file_prune(tmpl, own, 20, &scratch); /* 17 of the pattern: fewer than 20 */
-    assert_int_equal(entries(), 19);
-    /* 17 > 10: down to 9, the oldest regular files first: the 8 oldest of
-     * the 15 (the link counts but never goes). */
+    assert_int_equal(entries(), 20);
+    fa_file_prune(tmpl, own, 20, &scratch); /* 18 of the pattern: fewer than 20 */
+    assert_int_equal(entries(), 20);
+    /* 18 > 10: down to 9, the oldest dumps first: the 9 oldest of the 15
+     * (the link and the other file count, but never go). */
     fa_file_prune(tmpl, own, 10, &scratch);
     assert_int_equal(entries(), 11);
     for (int i = 0; i < 15; i++) {
-        snprintf(name, sizeof name, "h-%d-%d.json", 100 + i, 200 + i);
-        if (i < 7)
-            assert_true(present(name));
-        else
-            assert_false(present(name));
+        snprintf(name, sizeof name, "h-1700000000%03d-%d.json", 100 + i, 200 + i);
+        assert_int_equal(present(name), i < 6);
     }
-    assert_true(present("h-1-1.json") && present("notes.json") && present("h-2-2.json.tmp-untagged-2-1") &&
-                present("h-3-3.json"));
+    assert_true(present("h-1700000000000-1.json") && present("notes.json") &&
+                present("h-1700000000002-2.json.tmp-untagged-2-1") && present("h-1700000000003-3.json") &&
+                present("x-1700000000004-4.json"));
 
     /* More than one round's worth (64) goes in one call. */
     for (int i = 0; i < 300; i++) {
-        snprintf(name, sizeof name, "h-%d-%d.json", 1000 + i, 1000 + i);
+        snprintf(name, sizeof name, "h-1700000001%03d-%d.json", i, 1000 + i);
         aged(name, 10 + i);
     }
     fa_file_prune(tmpl, own, 50, &scratch);
-    assert_int_equal(entries(), 45 + 2); /* 45 of the pattern (own and the link among them), notes, temporary */
+    /* 45 of the pattern (own, the link and the other file among them), notes, the temporary */
+    assert_int_equal(entries(), 45 + 2);
     for (int i = 0; i < 300; i++) {
-        snprintf(name, sizeof name, "h-%d-%d.json", 1000 + i, 1000 + i);
-        assert_int_equal(present(name), i < 43);
+        snprintf(name, sizeof name, "h-1700000001%03d-%d.json", i, 1000 + i);
+        assert_int_equal(present(name), i < 42);
     }
 }
 
