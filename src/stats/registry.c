@@ -7,6 +7,7 @@
  * malloc would count into the shared record (see `acquiring`). */
 #include "stats.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -52,7 +53,9 @@ void fa_stats_init(void)
 static fa_tstats *new_record_locked(void)
 {
     if (slab_next == NULL || slab_next + 1 > slab_end) {
+        int saved = errno; /* a failure here is ours: the caller's malloc or free still succeeds */
         void *m = mmap(NULL, SLAB_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        errno = saved;
         if (m == MAP_FAILED)
             return NULL;
         slab_next = (fa_tstats *)m;

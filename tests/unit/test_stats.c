@@ -1,11 +1,13 @@
 /* test_stats.c - per-thread counters: exact sums with live and exited
  * threads, record reuse, and fork giving the child its own counts. */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,13 +145,62 @@ static void test_histogram_buckets(void **state)
     assert_int_equal(after.large_allocs - before.large_allocs, 1);
 }
 
+/* The registry's slabs come from mmap: linked with --wrap=mmap, so a
+ * test can make that mmap fail (ENOMEM), as a full address space would. */
+static int fail_mmap;
+void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (__atomic_load_n(&fail_mmap, __ATOMIC_RELAXED)) {
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return __real_mmap(addr, len, prot, flags, fd, off);
+}
+
+enum { NO_SLAB_THREADS = 64 * 1024 / sizeof(fa_tstats) + 2 }; /* more than one slab holds */
+static pthread_barrier_t no_slab_barrier;
+
+static void *count_keeping_errno(void *arg)
+{
+    errno = 4242;
+    fa_stats_alloc(FA_CALL_malloc, 16);
+    fa_stats_free(FA_CALL_free);
+    *(int *)arg = errno;
+    pthread_barrier_wait(&no_slab_barrier); /* every record stays taken until all have counted */
+    return NULL;
+}
+
+/* A thread whose record needs a new slab when mmap fails still counts
+ * (into the shared record), and errno is the caller's: a successful
+ * malloc or free never changes it. */
+static void test_no_slab(void **state)
+{
+    (void)state;
+    uint64_t before = total(FA_CALL_malloc);
+    pthread_t t[NO_SLAB_THREADS];
+    int err[NO_SLAB_THREADS];
+    pthread_barrier_init(&no_slab_barrier, NULL, NO_SLAB_THREADS + 1);
+    __atomic_store_n(&fail_mmap, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < NO_SLAB_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, count_keeping_errno, &err[i]), 0);
+    pthread_barrier_wait(&no_slab_barrier);
+    for (int i = 0; i < NO_SLAB_THREADS; i++)
+        pthread_join(t[i], NULL);
+    __atomic_store_n(&fail_mmap, 0, __ATOMIC_RELAXED);
+    pthread_barrier_destroy(&no_slab_barrier);
+    for (int i = 0; i < NO_SLAB_THREADS; i++)
+        assert_int_equal(err[i], 4242);
+    assert_int_equal(total(FA_CALL_malloc) - before, NO_SLAB_THREADS);
+}
+
 int main(void)
 {
     fa_stats_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_four_threads_exact),  cmocka_unit_test(test_live_threads_counted),
         cmocka_unit_test(test_records_reused),       cmocka_unit_test(test_fork_child_counts_its_own),
-        cmocka_unit_test(test_histogram_buckets),
+        cmocka_unit_test(test_histogram_buckets),    cmocka_unit_test(test_no_slab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
