@@ -341,6 +341,30 @@ static int append_special(const char *path, const char *data, size_t len, fa_fil
     return res;
 }
 
+/* Rewrite the regular file path where it is: for a file that cannot be
+ * replaced (a bind mount, as docker -v FILE:PATH makes; a writable file in
+ * a directory the process cannot write).  A reader may see it part
+ * written, which beats no stats at all. */
+static int write_in_place(const char *path, const char *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    struct stat st;
+    int err = 0;
+    if (fstat(fd, &st) != 0)
+        err = errno;
+    else if (!S_ISREG(st.st_mode))
+        err = EBUSY; /* swapped for something else meanwhile */
+    else if (ftruncate(fd, 0) != 0)
+        err = errno;
+    if (err) {
+        close(fd);
+        return err;
+    }
+    return append_fd(fd, data, len);
+}
+
 int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file_scratch *scratch)
 {
     mode_t mode;
@@ -366,12 +390,15 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file
     __atomic_store_n(&tmp[0], scratch->work[0], __ATOMIC_RELEASE);
     int fd = -1;
     for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        /* A private file's data is never readable by others, even for a moment. */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode ? mode : 0644);
         if (fd < 0 && errno == EEXIST && attempt == 0 && ours) {
             unlink(tmp); /* left by a killed process of our namespace with our pid; unlink never follows */
         } else if (fd < 0) {
             int err = errno;
             __atomic_store_n(&tmp[0], '\0', __ATOMIC_RELEASE);
+            if (mode && (err == EACCES || err == EPERM || err == EROFS))
+                return write_in_place(path, data, len); /* no new file here, but this one may be writable */
             return err;
         }
     }
@@ -390,6 +417,8 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file
     if (err)
         unlink(tmp);
     __atomic_store_n(&tmp[0], '\0', __ATOMIC_RELEASE);
+    if (err == EBUSY && mode)
+        err = write_in_place(path, data, len); /* a mount point cannot be replaced */
     /* Once per process: later (interval) dumps would only rescan. */
     static int swept;
     if (!err && !__atomic_exchange_n(&swept, 1, __ATOMIC_RELAXED))
@@ -411,6 +440,8 @@ const char *fa_errno_text(int err, char *buf, size_t cap)
     case ELOOP: return "too many symbolic links";
     case ENAMETOOLONG: return "file name too long";
     case EEXIST: return "file exists";
+    case EBUSY: return "in use (a mount point?)";
+    case EFBIG: return "file size limit reached";
     case EXDEV: return "rename across file systems";
     case ENXIO: return "nobody reads the FIFO, or it is a socket or a device with no driver";
     case EPIPE: return "the FIFO's reader went away";

@@ -55,7 +55,9 @@ typedef struct fa_file_scratch {
  * socket, or a symbolic link that root or this user made, is appended to
  * instead, as >> would (the link's target is created if missing; a link
  * made by anybody else is replaced).  A FIFO's reader that reads nothing
- * for a second, or goes away, fails the write (ETIMEDOUT, EPIPE).  Returns
+ * for a second, or goes away, fails the write (ETIMEDOUT, EPIPE).  A
+ * regular file that cannot be replaced (a mount point; a writable file in a
+ * directory the process cannot write) is rewritten in place.  Returns
  * 0, or an errno value (the file is then absent and no temporary is left
  * behind).  scratch->tmp holds the temporary's name while it may exist, so a signal handler can remove it
  * (a reader sees the whole name or ""); it is emptied again before

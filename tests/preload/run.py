@@ -1442,6 +1442,47 @@ def case_interval():
     check(r.returncode == 0 and "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE" in r.stderr, r.stderr)
 
 
+def case_stats_file_in_place():
+    """A stats file that cannot be replaced is rewritten where it is: a bind-mounted file (docker -v FILE:PATH),
+    and a file the user may write in a directory it may not.  A private file stays private."""
+    if os.geteuid() != 0:
+        print("needs root (a bind mount, another user) - skipped")
+        return SKIP
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o755)
+        shutil.copy(ARGS.lib, f"{d}/lib.so")
+        os.chmod(f"{d}/lib.so", 0o755)
+        outside, inside = f"{d}/outside.json", f"{d}/box/stats.json"
+        os.mkdir(f"{d}/box")
+        for path in (outside, inside):
+            with open(path, "w") as f:
+                f.write("old")
+        os.chmod(outside, 0o600)
+        shown = (f"exec env LD_PRELOAD={d}/lib.so FORGEALLOC_STATS=json FORGEALLOC_STATS_FILE={inside} /bin/true")
+        r = run(["unshare", "-m", "sh", "-c", f"mount --bind {outside} {inside} && {shown}"], preload=False)
+        if r.returncode != 0 and "mount" in r.stderr and "stats" not in r.stderr:
+            print(f"bind mounts not permitted here ({r.stderr.strip()}) - skipped")
+            return SKIP
+        check(r.returncode == 0 and r.stderr == "", f"bind-mounted stats file: {r.returncode} {r.stderr!r}")
+        with open(outside) as f:
+            doc = json.load(f)
+        check(doc["reason"] == "exit", f"the mounted file's dump: {doc['reason']}")
+        check(os.stat(outside).st_mode & 0o777 == 0o600, "the private file's permissions changed")
+        # A file of user 65534's in a directory of root's that it cannot write.
+        os.chown(f"{d}/box", 0, 0)
+        os.chmod(f"{d}/box", 0o755)
+        os.unlink(inside)
+        with open(inside, "w") as f:
+            f.write("old")
+        os.chown(inside, 65534, 65534)
+        r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/true"], preload=False,
+                env=base_env(LD_PRELOAD=f"{d}/lib.so", FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=inside))
+        check(r.returncode == 0 and r.stderr == "", f"a file in a directory not writable: {r.returncode} {r.stderr!r}")
+        with open(inside) as f:
+            check(json.load(f)["reason"] == "exit", "the file's dump")
+        check(os.listdir(f"{d}/box") == ["stats.json"], f"left behind: {os.listdir(f'{d}/box')}")
+
+
 def case_killed_mid_dump():
     """SIGKILL while dumps are being written every 5 ms: the file is complete
     or absent, never partial; temporaries of killed processes are swept by
