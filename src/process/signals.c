@@ -116,6 +116,13 @@ static bool borrowed(void)
     return o && getpid() != o;
 }
 
+/* The first process of a pid namespace (a container's PID 1 with no init
+ * in front): the kernel ignores a signal left at SIG_DFL, so there is no
+ * death to write a dump for, and a handler of ours would interrupt the
+ * program's system calls (EINTR) where the kernel would have done nothing:
+ * there, SIG_DFL stays SIG_DFL.  Its forked children are not PID 1. */
+static bool pid1;
+
 /* ---- the handlers the kernel gets instead of the program's setting ------- */
 
 static void on_dump(int sig);
@@ -134,6 +141,19 @@ static void install_dump(int sig)
     real_sigaction(sig, &sa, NULL);
 }
 
+/* What the kernel gets for a view of SIG_DFL. */
+static void install_default(int sig)
+{
+    if (pid1) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        real_sigaction(sig, &dfl, NULL);
+    } else {
+        install_dump(sig);
+    }
+}
+
 /* Make `act` the program's disposition of w's signal.  The kernel first
  * gets the program's flags and mask exactly (with our handler in place of
  * SIG_DFL or of a one-shot handler, so there is never a moment without
@@ -146,7 +166,7 @@ static int apply(struct watched *w, int sig, const struct sigaction *act)
     if (borrowed())
         return real_sigaction(sig, act, NULL);
     struct sigaction k = *act;
-    bool dfl = act->sa_handler == SIG_DFL;
+    bool dfl = act->sa_handler == SIG_DFL && !pid1;
     bool oneshot = is_handler(act->sa_handler) && (act->sa_flags & SA_RESETHAND);
     if (dfl || oneshot) {
         if (act->sa_flags & SA_SIGINFO)
@@ -190,7 +210,7 @@ static void die_of(int sig)
     lock(&old);
     struct watched *w = find(sig);
     if (w && w->view.sa_handler == SIG_DFL)
-        install_dump(sig);
+        install_default(sig);
     unlock(&old);
 }
 
@@ -236,14 +256,14 @@ static void deliver_oneshot(int sig, siginfo_t *info, void *ctx)
         v = w->view;
         if (is_handler(v.sa_handler) && (v.sa_flags & SA_RESETHAND)) {
             w->view.sa_handler = SIG_DFL;
-            install_dump(sig);
+            install_default(sig);
         }
     }
     unlock(&old);
     errno = saved;
-    if (v.sa_handler == SIG_DFL)
+    if (v.sa_handler == SIG_DFL && !pid1)
         dump_and_die(sig);
-    else if (v.sa_handler == SIG_IGN)
+    else if (v.sa_handler == SIG_DFL || v.sa_handler == SIG_IGN)
         return;
     else if (v.sa_flags & SA_SIGINFO)
         v.sa_sigaction(sig, info, ctx);
@@ -262,6 +282,12 @@ static void fork_child(void)
 {
     table_lock = 0;
     __atomic_store_n(&owner, getpid(), __ATOMIC_RELAXED);
+    if (pid1) { /* a child of PID 1 dies of SIG_DFL signals: it dumps first */
+        pid1 = false;
+        for (size_t i = 0; i < NWATCHED; i++)
+            if (table[i].view.sa_handler == SIG_DFL)
+                install_dump(dump_signals[i]);
+    }
 }
 
 void fa_signals_start(void)
@@ -273,6 +299,7 @@ void fa_signals_start(void)
     if (!real(FA_SIGCALL_SIGACTION))
         return; /* no libc sigaction to forward to: leave the signals alone */
     __atomic_store_n(&owner, getpid(), __ATOMIC_RELAXED);
+    pid1 = getpid() == 1;
     sigset_t old;
     lock(&old);
     unsigned long bits = 0;
@@ -282,7 +309,7 @@ void fa_signals_start(void)
          * inherited (nohup, a shell's background job), which stays. */
         if (real_sigaction(sig, NULL, &table[i].view) != 0)
             continue;
-        if (table[i].view.sa_handler == SIG_DFL)
+        if (table[i].view.sa_handler == SIG_DFL && !pid1)
             install_dump(sig);
         bits |= 1UL << sig;
     }

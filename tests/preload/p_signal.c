@@ -8,9 +8,12 @@
  *   p_signal threads      threads set and query SIGTERM and SIGINT at once
  *                         while SIGINT keeps arriving; then SIGTERM kills
  *   p_signal fork         a child inherits the dispositions; after exec,
- *                         handlers are SIG_DFL and SIG_IGN stays */
+ *                         handlers are SIG_DFL and SIG_IGN stays
+ *   p_signal pid1         as PID 1 of a pid namespace: SIG_DFL signals are
+ *                         ignored, and interrupt nothing */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -296,6 +299,48 @@ static int vfork_child(void)
     return 0;
 }
 
+/* Run as the first process of a pid namespace (a container's PID 1): the
+ * kernel ignores a signal whose disposition is SIG_DFL, so another
+ * process's SIGTERM interrupts nothing; a one-shot handler runs once and
+ * the next SIGINT is ignored too.  A forked child (not PID 1) still dies of
+ * SIGTERM. */
+static int pid1(void)
+{
+    if (getpid() != 1) {
+        fprintf(stderr, "p_signal pid1: run me as PID 1 (unshare --pid --fork)\n");
+        return 2;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        usleep(50000);
+        kill(1, SIGTERM);
+        _exit(0);
+    }
+    errno = 0;
+    int r = poll(NULL, 0, 400);
+    printf("poll across SIGTERM: %d %s\n", r, r ? strerror(errno) : "");
+    int status;
+    waitpid(pid, &status, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h1;
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, NULL);
+    raise(SIGINT);
+    query("SIGINT after one-shot", SIGINT);
+    raise(SIGINT);
+    printf("hits %d, alive after a second SIGINT\n", (int)hits);
+    pid = fork();
+    if (pid == 0) {
+        raise(SIGTERM);
+        _exit(0);
+    }
+    waitpid(pid, &status, 0);
+    printf("child: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
+           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    return 0;
+}
+
 static int after_exec(void)
 {
     learn_restorer();
@@ -322,6 +367,8 @@ int main(int argc, char **argv)
         return after_exec();
     if (strcmp(mode, "vfork") == 0)
         return vfork_child();
-    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|vfork\n");
+    if (strcmp(mode, "pid1") == 0)
+        return pid1();
+    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|vfork|pid1\n");
     return 2;
 }

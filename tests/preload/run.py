@@ -1224,6 +1224,27 @@ def case_signal_queries():
         print(f"{mode}: {len(want.stdout.splitlines())} lines the same")
 
 
+def case_signal_pid1():
+    """As a container's PID 1 (no init in front), SIGTERM from another process is ignored by the kernel: under the
+    shim it must interrupt nothing either (no EINTR from poll), a one-shot handler resets to a disposition that
+    ignores the next signal, and a forked child still dies of SIGTERM with its dump."""
+    probe = run(["unshare", "--pid", "--fork", "--mount-proc", "true"], preload=False)
+    if probe.returncode != 0:
+        print(f"pid namespaces not permitted here ({probe.stderr.strip()}) - skipped")
+        return SKIP
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc", prog("p_signal"), "pid1"]
+    want = run(cmd, preload=False, timeout=60)
+    check(want.returncode == 0 and "poll across SIGTERM: 0" in want.stdout, f"without the shim: {want!r}")
+    with tempfile.TemporaryDirectory() as d:
+        got = run(cmd, timeout=60, env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%h-%p.json"))
+        docs = [json.load(open(f"{d}/{f}")) for f in os.listdir(d)]
+    check((got.returncode, got.stdout) == (want.returncode, want.stdout),
+          f"status {got.returncode}, differences:\n" +
+          "\n".join(difflib.unified_diff(want.stdout.splitlines(), got.stdout.splitlines(), lineterm="")))
+    reasons = sorted(doc["reason"] for doc in docs if doc["exe"].endswith("p_signal"))
+    check(reasons == ["exit", "signal"], f"PID 1's exit dump and its child's signal dump: {reasons}")
+
+
 def case_signal_two_threads():
     """SIGTERM and SIGINT sent back to back land on two threads at once: the
     two signal dumps do not share buffers; one complete dump, death by one of
