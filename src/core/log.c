@@ -18,38 +18,50 @@
  * up: the dump must not hold the process at exit. */
 #define STALL_MS 1000
 
-void fa_sigpipe_block(fa_sigpipe_guard *g)
+/* Block SIGPIPE, and with xfsz SIGXFSZ, noting which were pending. */
+static void guard_block(fa_sigpipe_guard *g, bool xfsz)
 {
-    sigset_t pipe_only, pending;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    g->masked = pthread_sigmask(SIG_BLOCK, &pipe_only, &g->old) == 0;
-    g->was_pending = !g->masked || (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE));
+    sigset_t set, pending;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    if (xfsz)
+        sigaddset(&set, SIGXFSZ);
+    g->xfsz = xfsz;
+    g->masked = pthread_sigmask(SIG_BLOCK, &set, &g->old) == 0;
+    bool known = g->masked && sigpending(&pending) == 0;
+    g->was_pending = !known || sigismember(&pending, SIGPIPE);
+    g->xfsz_was_pending = !known || sigismember(&pending, SIGXFSZ);
 }
 
-void fa_sigpipe_restore(fa_sigpipe_guard *g, bool raised)
+/* Take back the signal that the failure err raised (EPIPE: SIGPIPE,
+ * EFBIG: SIGXFSZ) unless it was pending before; unblock. */
+static void guard_restore(fa_sigpipe_guard *g, int err)
 {
     if (!g->masked)
         return;
-    if (raised && !g->was_pending) {
-        sigset_t pipe_only;
-        sigemptyset(&pipe_only);
-        sigaddset(&pipe_only, SIGPIPE);
+    int sig = err == EPIPE && !g->was_pending ? SIGPIPE : err == EFBIG && g->xfsz && !g->xfsz_was_pending ? SIGXFSZ : 0;
+    if (sig) {
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
         static const struct timespec now = {0, 0};
-        while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR)
+        while (sigtimedwait(&one, NULL, &now) < 0 && errno == EINTR)
             ;
     }
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
-/* SIGPIPE is blocked while writing: a reader that went away makes the
- * write fail with EPIPE instead of killing a program that never wrote
- * there itself. */
+void fa_sigpipe_block(fa_sigpipe_guard *g) { guard_block(g, false); }
+void fa_sigpipe_restore(fa_sigpipe_guard *g, bool raised) { guard_restore(g, raised ? EPIPE : 0); }
+
+/* SIGPIPE and SIGXFSZ are blocked while writing: a reader that went away,
+ * or a file at the size limit (ulimit -f), makes the write fail with EPIPE
+ * or EFBIG instead of killing a program that never wrote there itself. */
 int fa_write_all(int fd, const char *buf, size_t len)
 {
     int saved = errno, err = 0;
     fa_sigpipe_guard guard;
-    fa_sigpipe_block(&guard);
+    guard_block(&guard, true);
     while (len) {
         ssize_t n = fa_sys_write(fd, buf, len);
         if (n < 0 && errno == EINTR)
@@ -69,7 +81,7 @@ int fa_write_all(int fd, const char *buf, size_t len)
         buf += n;
         len -= (size_t)n;
     }
-    fa_sigpipe_restore(&guard, err == EPIPE);
+    guard_restore(&guard, err);
     errno = saved;
     return err;
 }

@@ -26,6 +26,7 @@ void fa_log_into(char *storage, enum fa_log_level level, const char *fmt, ...) _
 typedef struct fa_sigpipe_guard {
     sigset_t old;
     bool masked, was_pending;
+    bool xfsz, xfsz_was_pending; /* fa_write_all's guard takes SIGXFSZ too */
 } fa_sigpipe_guard;
 void fa_sigpipe_block(fa_sigpipe_guard *g);
 void fa_sigpipe_restore(fa_sigpipe_guard *g, bool raised);

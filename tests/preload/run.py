@@ -1504,6 +1504,23 @@ def case_stats_file_in_place():
         check(os.listdir(f"{d}/box") == ["stats.json"], f"left behind: {os.listdir(f'{d}/box')}")
 
 
+def case_file_size_limit():
+    """Under a file size limit (ulimit -f) that the dump exceeds, the program is not killed by SIGXFSZ: exit status
+    0, no temporary left, one line saying why the file is missing; the same for a dump to a stderr file at its
+    limit."""
+    with tempfile.TemporaryDirectory() as d:
+        pre = f"ulimit -f 1; exec env LD_PRELOAD={ARGS.lib}"
+        r = run(["sh", "-c", f"{pre} FORGEALLOC_STATS=json FORGEALLOC_STATS_FILE={d}/s.json /bin/true"], preload=False)
+        check(r.returncode == 0, f"killed under ulimit -f: status {r.returncode} {r.stderr!r}")
+        check(os.listdir(d) == [], f"left behind: {os.listdir(d)}")
+        check(len(r.stderr.splitlines()) == 1 and "file size limit" in r.stderr, f"the line: {r.stderr!r}")
+        with open(f"{d}/err.log", "w") as f:
+            f.write("x" * 2048)
+        r = run(["sh", "-c", f"{pre} FORGEALLOC_STATS=text /bin/true 2>>{d}/err.log"], preload=False)
+        check(r.returncode == 0, f"killed writing to a stderr file at the limit: status {r.returncode}")
+        check(os.path.getsize(f"{d}/err.log") == 2048, "the stderr file grew past the limit")
+
+
 def case_killed_mid_dump():
     """SIGKILL while dumps are being written every 5 ms: the file is complete
     or absent, never partial; temporaries of killed processes are swept by
