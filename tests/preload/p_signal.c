@@ -9,6 +9,8 @@
  *                         while SIGINT keeps arriving; then SIGTERM kills
  *   p_signal fork         a child inherits the dispositions; after exec,
  *                         handlers are SIG_DFL and SIG_IGN stays
+ *   p_signal vfork-oneshot  a SA_RESETHAND handler runs in a vfork child;
+ *                         the parent's stays set
  *   p_signal pid1         as PID 1 of a pid namespace: SIG_DFL signals are
  *                         ignored, and interrupt nothing */
 #define _GNU_SOURCE
@@ -299,6 +301,31 @@ static int vfork_child(void)
     return 0;
 }
 
+/* A one-shot handler runs in a vfork child (before its exec): the
+ * parent's handler stays set, and runs once for it too. */
+static int vfork_oneshot(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h1;
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGTERM, &sa, NULL);
+    pid_t pid = vfork();
+    if (pid == 0) {
+        kill(getpid(), SIGTERM);
+        _exit(hits == 1 ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    printf("vfork child ran the handler: %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "yes" : "no");
+    hits = 0;
+    query("parent SIGTERM after the child's delivery", SIGTERM);
+    raise(SIGTERM);
+    printf("parent: hits %d, alive\n", (int)hits);
+    query("parent SIGTERM after its own delivery", SIGTERM);
+    return 0;
+}
+
 /* Run as the first process of a pid namespace (a container's PID 1): the
  * kernel ignores a signal whose disposition is SIG_DFL, so another
  * process's SIGTERM interrupts nothing; a one-shot handler runs once and
@@ -369,6 +396,8 @@ int main(int argc, char **argv)
         return vfork_child();
     if (strcmp(mode, "pid1") == 0)
         return pid1();
-    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|vfork|pid1\n");
+    if (strcmp(mode, "vfork-oneshot") == 0)
+        return vfork_oneshot();
+    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|vfork|vfork-oneshot|pid1\n");
     return 2;
 }

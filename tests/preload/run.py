@@ -1209,7 +1209,7 @@ def case_signal_queries():
     with one-shot handlers; the signal that finally kills it still writes the
     dump."""
     for mode, status in (("queries", 0), ("fork", 0), ("resethand", -signal.SIGTERM), ("sysv", -signal.SIGTERM),
-                         ("threads", -signal.SIGTERM), ("vfork", -signal.SIGTERM)):
+                         ("threads", -signal.SIGTERM), ("vfork", -signal.SIGTERM), ("vfork-oneshot", 0)):
         want = run([prog("p_signal"), mode], preload=False, timeout=60)
         check(want.returncode == status, f"{mode} without the shim: status {want.returncode} {want.stderr}")
         for stats in ("text", "off"):
