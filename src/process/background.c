@@ -94,9 +94,14 @@ static void *thread_main(void *arg)
     __atomic_compare_exchange_n(&state, &expect, RUNNING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     for (;;) {
         unsigned seen = __atomic_load_n(&word, __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+        /* working before stopping, as fa_background_stop does the reverse:
+         * either it waits for this tick, or this tick sees it and stops
+         * (no interval dump over the exit dump). */
+        __atomic_store_n(&working, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
+            __atomic_store_n(&working, 0, __ATOMIC_RELEASE);
             break;
-        __atomic_store_n(&working, 1, __ATOMIC_RELEASE);
+        }
         uint64_t now = mono_ms();
         uint64_t next = fa_release_tick(now);
         if (fa_device_background_wanted()) {
@@ -232,13 +237,13 @@ void fa_background_start(void)
 
 void fa_background_stop(void)
 {
-    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&stopping, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != RUNNING)
         return;
     futex_wake();
     /* A release under way finishes first (at most a few milliseconds of
      * munmap); never wait long for a thread that may be stuck elsewhere. */
-    for (int i = 0; i < 2000 && __atomic_load_n(&working, __ATOMIC_ACQUIRE); i++) {
+    for (int i = 0; i < 2000 && __atomic_load_n(&working, __ATOMIC_SEQ_CST); i++) {
         struct timespec ts = {0, 1000000L};
         nanosleep(&ts, NULL);
     }
