@@ -16,6 +16,13 @@
 #include "../core/fmt.h"
 #include "../core/log.h"
 
+/* The characters %h keeps of a hostname (others become '_'). */
+static bool host_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+           c == '_';
+}
+
 void fa_path_parts_here(fa_path_parts *parts, int pid, uint64_t start_unix_ms)
 {
     parts->pid = pid;
@@ -23,12 +30,8 @@ void fa_path_parts_here(fa_path_parts *parts, int pid, uint64_t start_unix_ms)
     struct utsname u;
     const char *h = uname(&u) == 0 && u.nodename[0] ? u.nodename : "localhost";
     size_t i = 0;
-    for (; h[i] && i < sizeof parts->host - 1; i++) {
-        char c = h[i];
-        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                     c == '-' || c == '_';
-        parts->host[i] = plain ? c : '_'; /* a file name part: no '/' */
-    }
+    for (; h[i] && i < sizeof parts->host - 1; i++)
+        parts->host[i] = host_char(h[i]) ? h[i] : '_'; /* a file name part: no '/' */
     parts->host[i] = '\0';
 }
 
@@ -140,12 +143,6 @@ void fa_file_sweep_stale(const char *path, fa_file_scratch *scratch)
     close(fd);
 }
 
-static bool host_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
-           c == '_';
-}
-
 /* Backtracking, within a budget of steps (a name that would need more is
  * taken as no match). */
 static bool match_from(const char *p, const char *n, unsigned *budget)
@@ -205,6 +202,12 @@ static bool is_dump(int fd, const char *name)
     return false;
 }
 
+/* Was a file modified at (sec, nsec) before the one o records? */
+static bool older(int64_t sec, long nsec, const struct fa_file_oldest *o)
+{
+    return sec < o->sec || (sec == o->sec && nsec < o->nsec);
+}
+
 /* Entries of the open directory fd that match tmpl, other than `own`:
  * counted, or (pick) the oldest regular files among them recorded in
  * scratch->oldest, oldest first.  Returns the count, or how many were
@@ -234,13 +237,13 @@ static size_t prune_scan(int fd, const char *tmpl, const char *own, fa_file_scra
             long nsec = st.st_mtim.tv_nsec;
             size_t limit = pick < CAP ? pick : CAP;
             size_t i = n < limit ? n : limit;
-            if (i == limit && (sec > s->oldest[i - 1].sec || (sec == s->oldest[i - 1].sec && nsec >= s->oldest[i - 1].nsec)))
+            if (i == limit && !older(sec, nsec, &s->oldest[i - 1]))
                 continue; /* newer than every one kept */
             if (!is_dump(fd, e->d_name))
                 continue; /* a file of somebody else's that happens to have such a name */
             if (i == limit)
                 i--; /* the newest kept makes room */
-            for (; i > 0 && (sec < s->oldest[i - 1].sec || (sec == s->oldest[i - 1].sec && nsec < s->oldest[i - 1].nsec)); i--)
+            for (; i > 0 && older(sec, nsec, &s->oldest[i - 1]); i--)
                 s->oldest[i] = s->oldest[i - 1];
             s->oldest[i].sec = sec;
             s->oldest[i].nsec = nsec;
