@@ -247,44 +247,34 @@ static void on_dump_info(int sig, siginfo_t *info, void *ctx)
 static void deliver_oneshot(int sig, siginfo_t *info, void *ctx)
 {
     int saved = errno;
-    if (borrowed()) {
-        /* A vfork child before its exec: the table is the parent's.  The
-         * child's own disposition resets, as the kernel's would have. */
-        struct sigaction v;
-        memset(&v, 0, sizeof v);
-        if (real_sigaction(sig, NULL, &v) == 0 && v.sa_handler != SIG_DFL) {
-            struct sigaction dfl = v;
-            dfl.sa_handler = SIG_DFL;
-            real_sigaction(sig, &dfl, NULL);
-        }
-        struct watched *w = find(sig);
-        v = w ? w->view : v;
-        errno = saved;
-        if (v.sa_handler == SIG_DFL)
-            dump_and_die(sig); /* the parent's reset came first: as SIG_DFL */
-        if (!is_handler(v.sa_handler))
-            return;
-        if (v.sa_flags & SA_SIGINFO)
-            v.sa_sigaction(sig, info, ctx);
-        else
-            v.sa_handler(sig);
-        return;
-    }
-    sigset_t old;
-    lock(&old);
     struct watched *w = find(sig);
     struct sigaction v;
     memset(&v, 0, sizeof v);
-    if (w) {
-        v = w->view;
-        if (is_handler(v.sa_handler) && (v.sa_flags & SA_RESETHAND)) {
-            w->view.sa_handler = SIG_DFL;
-            install_default(sig);
+    bool own = !borrowed();
+    if (!own) {
+        /* A vfork child before its exec: the table is the parent's, only
+         * read; the child's own disposition resets, as the kernel's would. */
+        struct sigaction k;
+        if (real_sigaction(sig, NULL, &k) == 0) {
+            k.sa_handler = SIG_DFL;
+            real_sigaction(sig, &k, NULL);
         }
+        if (w)
+            v = w->view;
+    } else {
+        sigset_t old;
+        lock(&old);
+        if (w) {
+            v = w->view;
+            if (is_handler(v.sa_handler) && (v.sa_flags & SA_RESETHAND)) {
+                w->view.sa_handler = SIG_DFL;
+                install_default(sig);
+            }
+        }
+        unlock(&old);
     }
-    unlock(&old);
     errno = saved;
-    if (v.sa_handler == SIG_DFL && !pid1)
+    if (v.sa_handler == SIG_DFL && (!own || !pid1))
         dump_and_die(sig);
     else if (v.sa_handler == SIG_DFL || v.sa_handler == SIG_IGN)
         return;
