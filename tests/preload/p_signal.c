@@ -266,6 +266,15 @@ static int fork_exec(const char *self)
     return 0;
 }
 
+/* Wait for child pid and print how it ended. */
+static void print_end(const char *who, pid_t pid)
+{
+    int status;
+    waitpid(pid, &status, 0);
+    printf("%s: %s %d\n", who, WIFSIGNALED(status) ? "signal" : "exit",
+           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 /* A vfork child (posix_spawn, CPython's subprocess) runs in the parent's
  * memory until it execs, and resets dispositions first: the parent's stay
  * as they were.  A SIGTERM that reaches such a child kills it as SIG_DFL
@@ -293,9 +302,7 @@ static int vfork_child(void)
         raise(SIGTERM);
         _exit(0);
     }
-    waitpid(pid, &status, 0);
-    printf("vfork child: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
-           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    print_end("vfork child", pid);
     raise(SIGTERM);
     printf("still alive after SIGTERM\n");
     return 0;
@@ -362,9 +369,7 @@ static int pid1(void)
         raise(SIGTERM);
         _exit(0);
     }
-    waitpid(pid, &status, 0);
-    printf("child: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
-           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    print_end("child", pid);
     return 0;
 }
 
