@@ -193,6 +193,16 @@ static fa_cuda_error drv_malloc(const fa_cudart *rt, devstate *d, void **p, size
     return r;
 }
 
+/* cudaDeviceSynchronize on the thread's current device, timed and counted. */
+static fa_cuda_error drv_sync(const fa_cudart *rt, devstate *d)
+{
+    uint64_t t0 = now_ns();
+    fa_cuda_error r = rt->cudaDeviceSynchronize();
+    ST_ADD(d, driver_ns, now_ns() - t0);
+    ST_ADD(d, device_syncs, 1);
+    return r;
+}
+
 /* cudaFree, or with `async` cudaFreeAsync on stream s. */
 static fa_cuda_error drv_free(const fa_cudart *rt, devstate *d, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
                               fa_cuda_stream s)
@@ -753,10 +763,7 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
         absorb(rt, clear);
         return false; /* the sync would wait for the wrong device */
     }
-    uint64_t t0 = now_ns();
-    fa_cuda_error r = rt->cudaDeviceSynchronize();
-    ST_ADD(d, driver_ns, now_ns() - t0);
-    ST_ADD(d, device_syncs, 1);
+    fa_cuda_error r = drv_sync(rt, d);
     if (cur >= 0 && cur != dev)
         rt->cudaSetDevice(cur);
     if (r != 0) {
@@ -1062,11 +1069,8 @@ fa_cuda_error fa_device_reset(void)
     if (state_of(d) == READY && __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE) == KIND_VMM &&
         rt->cudaDeviceSynchronize) {
         bool clear = error_clear(rt);
-        uint64_t t0 = now_ns();
-        if (rt->cudaDeviceSynchronize() != 0)
+        if (drv_sync(rt, d) != 0)
             absorb(rt, clear);
-        ST_ADD(d, driver_ns, now_ns() - t0);
-        ST_ADD(d, device_syncs, 1);
     }
     pthread_mutex_lock(&d->lock);
     while (d->state == RESERVING || d->state == RESETTING)
