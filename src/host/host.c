@@ -569,7 +569,7 @@ void *fa_host_pvalloc(size_t n, void *caller)
     }
     rounded &= ~(page_size - 1);
     if (rounded == 0)
-        rounded = page_size; /* pvalloc(0) gives one page, as glibc's */
+        rounded = page_size; /* pvalloc(0) gives one page, as tcmalloc's (glibc's: a minimum block on a page) */
     fa_stats_alloc(FA_CALL_pvalloc, n);
     void *p = tc_memalign(page_size, rounded);
     if (!p)
@@ -782,7 +782,18 @@ void fa_host_start_pages(void)
 
 void fa_host_fork_child(void)
 {
+    /* A fork while another thread wrote a copy: that copy stays half
+     * written and the writer flag set in the child, whose signal-time
+     * reports would show the parent's numbers from before the fork for
+     * good.  The child's own numbers, now: tcmalloc's handlers ran. */
+    for (int i = 0; i < 2; i++)
+        if (tc_cache[i].seq & 1)
+            tc_cache[i].seq = 0;
+    tc_cache_busy = 0;
     fa_release_fork_child();
+    uint64_t v[FA_TC_COUNT];
+    tc_read(v);
+    tc_cache_store(v);
     clock_gettime(CLOCK_MONOTONIC, &start_time);
     report_tokens_ms = 0;
     reports_suppressed = 0;

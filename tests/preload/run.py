@@ -1378,6 +1378,26 @@ def case_signal_inside_malloc():
             check(docs[0]["host"]["tcmalloc"]["valid"], f"run {i}: no copy of tcmalloc's numbers in the dump")
 
 
+def case_signal_fork_numbers():
+    """A forked child's signal-time dump has tcmalloc's numbers as of the
+    fork, not the parent's last refresh before it (the child's copy is
+    refreshed by the fork)."""
+    code = ("import os, signal, time\n"
+            "time.sleep(0.6)\n"
+            "if os.fork() == 0:\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    os._exit(3)\n"
+            "os.wait()\n")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([ARGS.python, "-c", code], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json"))
+        check(r.returncode == 0, f"python exited {r.returncode}: {r.stderr[-2000:]}")
+        child = [doc for doc in dumps(d).values() if doc["forked"]]
+    check(len(child) == 1 and child[0]["reason"] == "signal", f"child dumps: {[c['reason'] for c in child]}")
+    tc = child[0]["host"]["tcmalloc"]
+    check(tc["valid"], "no copy of tcmalloc's numbers in the child's signal-time dump")
+    check(tc["age_ms"] < 300, f"the child's tcmalloc numbers are {tc['age_ms']} ms old: the parent's, from before the fork")
+
+
 def case_signal_off():
     """FORGEALLOC_STATS_ON_SIGNAL=0: no handler, the signal acts as usual."""
     with tempfile.TemporaryDirectory() as d:
