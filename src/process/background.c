@@ -34,6 +34,7 @@
 #include "../device/device.h"
 #include "../host/release.h"
 #include "../host/served.h"
+#include "../host/tcwatch.h"
 #include "report.h"
 
 enum { IDLE, STARTING, RUNNING, UNAVAILABLE };
@@ -216,17 +217,26 @@ static void want_interval(void)
     next_dump_ms = mono_ms() + ms;
 }
 
+/* From then on until exit: a free reaches no call of ours to start it
+ * again. */
+static void start_polling(void)
+{
+    fa_release_set_polling(true); /* before the thread's first tick */
+    if (!fa_background_wake())
+        fa_release_set_polling(false);
+}
+
 void fa_background_start(void)
 {
     fa_release_set_waker(wake);
     fa_device_set_waker(fa_background_wake);
     /* The same tcmalloc serves malloc ahead of us (a start script preloaded
-     * it first): no free reaches us, so the thread watches tcmalloc's own
-     * numbers from the start and the release policy still holds. */
+     * it first): no free reaches us, so once its heap is large enough to
+     * hold free memory beyond the threshold, the thread watches tcmalloc's
+     * own numbers, and the release policy still holds. */
     if (fa_host_served_by_same_tcmalloc()) {
-        fa_release_set_polling(true); /* before the thread's first tick */
-        if (!fa_background_wake())
-            fa_release_set_polling(false);
+        uint64_t threshold = fa_opt_u64(FA_OPT_RELEASE_THRESHOLD);
+        fa_tcwatch_start(threshold > FA_RELEASE_MIN ? threshold : FA_RELEASE_MIN, start_polling);
     }
     want_interval();
     if (interval_ms && !fa_background_wake())
@@ -262,9 +272,11 @@ void fa_background_fork_child(void)
         next_dump_ms = mono_ms() + interval_ms;
         fa_release_start_soon();
     }
-    /* Polling (tcmalloc serves malloc ahead of us): no call of the child
-     * reaches us to start one later.  This handler runs last, after
-     * tcmalloc's (registered at its first malloc) and all of ours. */
+    /* Polling (tcmalloc serves malloc ahead of us) with a heap the parent
+     * found large: no call of the child reaches us to start one later.
+     * This handler runs last, after tcmalloc's (registered at its first
+     * malloc) and all of ours.  With a heap still small, the watch the
+     * child inherited goes on. */
     if (fa_release_polling() && !fa_background_wake())
         fa_release_set_polling(false);
 }

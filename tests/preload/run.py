@@ -961,6 +961,17 @@ def case_served_tcmalloc_first():
         check(tcm["serves_malloc"] is True and tcm["valid"] and tcm["heap_size"] > 0, f"{name} first: {tcm}")
         lines, _ = served_run([tc, ARGS.lib], FORGEALLOC_LOG="error")
         check(lines == [], f"FORGEALLOC_LOG=error still printed {lines}")
+        # The thread only once tcmalloc's heap outgrew the threshold: a shell
+        # or a process of small allocations never gets one.
+        tc_first = base_env(LD_PRELOAD=f"{tc} {ARGS.lib}", FORGEALLOC_LOG="error")
+        r = run([prog("p_release"), "threads"], preload=False, env=tc_first)
+        check(r.returncode == 0, r.stderr)
+        small = int(re.search(r"helper_threads_small (\d+)", r.stdout).group(1))
+        after = int(re.search(r"helper_threads_after_burst (\d+)", r.stdout).group(1))
+        check(small == 0, f"{name} first: {small} forgealloc thread(s) in a process of small allocations")
+        check(after == 1, f"{name} first: {after} forgealloc threads after a burst was freed, expected 1")
+        r = run(["/bin/sh", "-c", "sleep 0.2; ls /proc/$$/task | wc -l"], preload=False, env=tc_first)
+        check(r.stdout.strip() == "1", f"{name} first: a shell has {r.stdout.strip()} threads")
         # The release policy holds without seeing a call: 800 MB freed, the
         # process idle, RSS back within 6 s.
         r = run([prog("p_release"), "burst", "6"], preload=False,

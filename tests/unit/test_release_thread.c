@@ -58,6 +58,15 @@ void MallocExtension_ReleaseToSystem(size_t n)
 
 void MallocExtension_ReleaseFreeMemory(void) { MallocExtension_ReleaseToSystem(SIZE_MAX); }
 
+/* tcmalloc's hooks (tcwatch.c): this test's tcmalloc never serves malloc
+ * ahead of forgealloc, so none is ever added. */
+int MallocHook_AddNewHook(void (*h)(const void *, size_t)) { return h == NULL; }
+int MallocHook_RemoveNewHook(void (*h)(const void *, size_t)) { return h == NULL; }
+int MallocHook_AddMmapHook(void (*h)(const void *, const void *, size_t, int, int, int, off_t)) { return h == NULL; }
+int MallocHook_RemoveMmapHook(void (*h)(const void *, const void *, size_t, int, int, int, off_t)) { return h == NULL; }
+int MallocHook_AddSbrkHook(void (*h)(const void *, ptrdiff_t)) { return h == NULL; }
+int MallocHook_RemoveSbrkHook(void (*h)(const void *, ptrdiff_t)) { return h == NULL; }
+
 void *tc_malloc(size_t n) /* named by served.c, never called here */
 {
     (void)n;
