@@ -868,6 +868,29 @@ static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, voi
     return r;
 }
 
+fa_device_room fa_device_room_begin(void)
+{
+    fa_device_room room = {error_clear(fa_cudart_get()), false};
+    return room;
+}
+
+bool fa_device_room_make(fa_device_room *room)
+{
+    const fa_cudart *rt = fa_cudart_get();
+    int dev = capturing() ? -1 : current_device(rt);
+    if (dev < 0 || state_of(&devs[dev]) != READY)
+        return false;
+    devstate *d = &devs[dev];
+    bool more = give_back(rt, d, dev);
+    if (!more && !room->synced) {
+        room->synced = true;
+        more = sync_device(rt, d, dev) && give_back(rt, d, dev);
+    }
+    if (more)
+        absorb(rt, room->was_clear);
+    return more;
+}
+
 fa_cuda_error fa_device_malloc(void **out, size_t n)
 {
     const fa_cudart *rt = runtime("cudaMalloc");
@@ -884,9 +907,12 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
         int kind = state_of(d) == READY ? kind_of(d) : KIND_NONE;
         if (kind == KIND_VMM && vm_alloc(rt, d, dev, n, out))
             return 0;
+        /* The chunk pool grows back to its size (chunks it gave back)
+         * before it waits for its freed blocks.  Beyond its size it waits:
+         * a block from the driver would cost a synchronising cudaFree each. */
         if (kind == KIND_CHUNKS && n <= __atomic_load_n(&d->pool.chunk_size, __ATOMIC_ACQUIRE) &&
-            (pool_alloc(d, dev, n, out) || (sync_device(rt, d, dev) && pool_alloc(d, dev, n, out)) ||
-             (grow_pool(rt, d) && pool_alloc(d, dev, n, out))))
+            (pool_alloc(d, dev, n, out) || (grow_pool(rt, d) && pool_alloc(d, dev, n, out)) ||
+             (sync_device(rt, d, dev) && pool_alloc(d, dev, n, out))))
             return 0;
     }
     return driver_alloc(rt, d, dev, out, n);
@@ -1143,7 +1169,7 @@ fa_cuda_error fa_device_ipc_get_handle(fa_cuda_ipc_handle *h, void *p)
     if (!__atomic_exchange_n(&warned_ipc, 1, __ATOMIC_RELAXED))
         fa_warn("cudaIpcGetMemHandle cannot share memory from the device pool between processes; set "
                 "FORGEALLOC_DEVICE_POOL_SIZE=0 for programs that do (e.g. torch.multiprocessing with CUDA tensors)");
-    return FA_CUDA_ERROR_INVALID_VALUE;
+    return refuse(rt); /* the thread's last error says so too, as the runtime's refusal would */
 }
 
 /* The current device may now access `peer`'s memory.  The driver grants

@@ -36,6 +36,19 @@ void fa_device_background(uint64_t now_ms);
 /* `wake` starts or wakes the background thread when a pool grew. */
 void fa_device_set_waker(bool (*wake)(void));
 
+/* A device allocation the runtime serves itself (cudaMallocAsync,
+ * cudaMallocPitch, cudaMallocManaged): begin before the call; after each
+ * failure for want of memory, make_room gives back what the pool holds
+ * idle on the thread's device (after one synchronisation if freed blocks
+ * pin it) and says whether to try again.  The error of a failure retried
+ * past is cleared when the thread's last error was clear before. */
+typedef struct fa_device_room {
+    bool was_clear;
+    bool synced;
+} fa_device_room;
+fa_device_room fa_device_room_begin(void);
+bool fa_device_room_make(fa_device_room *room);
+
 /* Calls counted and passed through unchanged. */
 void fa_device_count(enum fa_cuda_pt which);
 /* The real runtime (members NULL when missing; one error line then). */

@@ -41,13 +41,32 @@ FA_EXPORT fa_cuda_error cudaDeviceEnablePeerAccess(int peer, unsigned flags)
         fa_device_count(counter);                                             \
         return rt->name ? rt->name args : FA_CUDA_ERROR_INITIALIZATION;       \
     }
-FA_PASS(FA_PT_cudaMallocAsync, cudaMallocAsync, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
-FA_PASS(FA_PT_cudaMallocAsync, cudaMallocAsync_ptsz, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
 FA_PASS(FA_PT_cudaMallocHost, cudaMallocHost, (void **p, size_t n), (p, n))
 FA_PASS(FA_PT_cudaHostAlloc, cudaHostAlloc, (void **p, size_t n, unsigned flags), (p, n, flags))
 FA_PASS(FA_PT_cudaFreeHost, cudaFreeHost, (void *p), (p))
-FA_PASS(FA_PT_cudaMallocManaged, cudaMallocManaged, (void **p, size_t n, unsigned flags), (p, n, flags))
-FA_PASS(FA_PT_cudaMallocPitch, cudaMallocPitch, (void **p, size_t *pitch, size_t w, size_t h), (p, pitch, w, h))
+
+/* Device memory the runtime serves itself, counted; when the device is
+ * out of memory, the pool gives back what it holds idle and the call is
+ * tried again: memory cudaMemGetInfo counts free serves these too. */
+#define FA_PASS_DEVICE(counter, name, params, args)                           \
+    FA_EXPORT fa_cuda_error name params                                       \
+    {                                                                         \
+        const fa_cudart *rt = fa_device_runtime(#name);                      \
+        fa_device_count(counter);                                             \
+        if (!rt->name)                                                        \
+            return FA_CUDA_ERROR_INITIALIZATION;                              \
+        fa_device_room room = fa_device_room_begin();                         \
+        fa_cuda_error r;                                                      \
+        while ((r = rt->name args) == FA_CUDA_ERROR_MEMORY_ALLOCATION &&      \
+               fa_device_room_make(&room))                                    \
+            ;                                                                 \
+        return r;                                                             \
+    }
+FA_PASS_DEVICE(FA_PT_cudaMallocAsync, cudaMallocAsync, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
+FA_PASS_DEVICE(FA_PT_cudaMallocAsync, cudaMallocAsync_ptsz, (void **p, size_t n, fa_cuda_stream s), (p, n, s))
+FA_PASS_DEVICE(FA_PT_cudaMallocManaged, cudaMallocManaged, (void **p, size_t n, unsigned flags), (p, n, flags))
+FA_PASS_DEVICE(FA_PT_cudaMallocPitch, cudaMallocPitch, (void **p, size_t *pitch, size_t w, size_t h),
+               (p, pitch, w, h))
 
 /* Watched, so the pool never synchronises during a capture. */
 #define FA_CAPTURE(event, name, params, args)                                         \

@@ -443,10 +443,13 @@ static int oom(void)
     CHECK(cudaFree(big) == cudaSuccess);
     CHECK(cudaFree(small) == cudaSuccess);
     CHECK(cudaFree(s2) == cudaSuccess);
-    /* The pool grows back when the driver has room again. */
-    void *again1 = dmalloc(60 * MiB); /* the chunk left, after a sync */
-    void *again2 = dmalloc(60 * MiB); /* a chunk reserved anew */
-    CHECK(stat_of("device.0.pool_bytes") == 128 * MiB && stat_of("device.0.pool_allocs") == 5);
+    /* The pool grows back when the driver has room again, before it waits
+     * for the freed blocks in the chunk it kept. */
+    uint64_t syncs = stat_of("device.0.device_syncs");
+    void *again1 = dmalloc(60 * MiB); /* a chunk reserved anew */
+    void *again2 = dmalloc(60 * MiB); /* and another */
+    CHECK(stat_of("device.0.pool_bytes") == 192 * MiB && stat_of("device.0.pool_allocs") == 5);
+    CHECK(stat_of("device.0.device_syncs") == syncs);
     CHECK(cudaFree(again1) == cudaSuccess && cudaFree(again2) == cudaSuccess);
     return failures;
 }
@@ -604,6 +607,7 @@ static int errors(void)
     /* IPC: pooled memory refuses with one line; driver memory works. */
     cudaIpcMemHandle_t h;
     CHECK(cudaIpcGetMemHandle(&h, b) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
     void *large = dmalloc(100 * MiB); /* larger than a chunk: the driver's; a piece of the pool's otherwise */
     CHECK(cudaIpcGetMemHandle(&h, large) == (vmm() ? cudaErrorInvalidValue : cudaSuccess));
     CHECK(cudaFree(large) == cudaSuccess);
@@ -655,6 +659,41 @@ static int capture(void)
     void *k = dmalloc(MiB);
     CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.fallback_allocs") == 1);
     CHECK(cudaFree(k) == cudaSuccess);
+    return failures;
+}
+
+/* ---- device memory the runtime serves itself ----------------------------------------------------- */
+
+/* Memory the pool holds idle, which cudaMemGetInfo counts free, serves the
+ * device allocations the runtime serves itself (cudaMallocAsync,
+ * cudaMallocPitch) as it would without the pool: the pool gives it back,
+ * after a sync when a freed block pins it, and no error is left behind.
+ * Run with FAKECUDA_MEM=1G and a 512 MiB pool. */
+static int room(void)
+{
+    /* Pieces: a 500 MiB block freed and waiting for a sync.  Chunks: the
+     * whole 512 MiB pool, a freed 1 MiB block in its first chunk. */
+    size_t held = vmm_expected() ? 500 * MiB : MiB;
+    void *a = dmalloc(held);
+    CHECK(cudaFree(a) == cudaSuccess);
+    void *p = NULL;
+    CHECK(cudaMallocAsync(&p, 700 * MiB, NULL) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(cudaFreeAsync(p, NULL) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
+    a = dmalloc(held);
+    CHECK(cudaFree(a) == cudaSuccess);
+    size_t pitch = 0;
+    CHECK(cudaMallocPitch(&p, &pitch, 700 * MiB, 1) == cudaSuccess && pitch >= 700 * MiB);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(cudaFree(p) == cudaSuccess);
+    CHECK(stat_of("device.passthrough.cudaMallocAsync") == 1 && stat_of("device.passthrough.cudaMallocPitch") == 1);
+    /* Beyond the device: the runtime's own error, left as the last error. */
+    CHECK(cudaMallocAsync(&p, 2048 * MiB, NULL) == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    /* The pool serves again afterwards. */
+    a = dmalloc(MiB);
+    CHECK(a != NULL && cudaFree(a) == cudaSuccess);
     return failures;
 }
 
@@ -1012,6 +1051,8 @@ int main(int argc, char **argv)
         return hazard() ? 1 : 0;
     if (strcmp(mode, "oom") == 0)
         return oom() ? 1 : 0;
+    if (strcmp(mode, "room") == 0)
+        return room() ? 1 : 0;
     if (strcmp(mode, "qcap") == 0)
         return qcap() ? 1 : 0;
     if (strcmp(mode, "qcap_herd") == 0)

@@ -107,6 +107,11 @@ def case_oom():
     ok(run(["oom"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="512M"), "out of memory")
 
 
+def case_room():
+    ok(run(["room"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="512M"),
+       "the runtime's own device allocations get the pool's idle memory")
+
+
 def case_meminfo():
     ok(run(["meminfo"], FORGEALLOC_DEVICE_POOL_SIZE="25%"), "cudaMemGetInfo")
 
