@@ -47,6 +47,7 @@ typedef int fa_cuda_entry_status;             /* enum cudaDriverEntryPointQueryR
 #define FA_CUDA_ERROR_NOT_SUPPORTED ((fa_cuda_error)801) /* cudaErrorNotSupported */
 #define FA_CUDA_ERROR_CAPTURE_UNSUPPORTED ((fa_cuda_error)900) /* cudaErrorStreamCaptureUnsupported */
 #define FA_CUDA_ERROR_CAPTURE_INVALIDATED ((fa_cuda_error)901) /* cudaErrorStreamCaptureInvalidated */
+#define FA_CUDA_CAPTURE_MODE_RELAXED ((fa_cuda_capture_mode)2)   /* cudaStreamCaptureModeRelaxed */
 
 #ifdef FA_CUDA_ABI_CHECK
 _Static_assert((int)FA_CUDA_SUCCESS == (int)cudaSuccess, "cudaSuccess");
@@ -58,6 +59,7 @@ _Static_assert((int)FA_CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED == (int)cudaErrorP
 _Static_assert((int)FA_CUDA_ERROR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "cudaErrorNotSupported");
 _Static_assert((int)FA_CUDA_ERROR_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported, "capture unsupported");
 _Static_assert((int)FA_CUDA_ERROR_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated, "capture invalidated");
+_Static_assert((int)FA_CUDA_CAPTURE_MODE_RELAXED == (int)cudaStreamCaptureModeRelaxed, "relaxed capture mode");
 _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-sized enum");
 #endif
 
@@ -96,6 +98,7 @@ _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-size
     X(cudaStreamEndCapture, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                       \
     X(cudaStreamEndCapture_ptsz, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                 \
     X(cudaStreamIsCapturing, fa_cuda_error, (fa_cuda_stream s, fa_cuda_capture_status * st), (s, st))          \
+    X(cudaThreadExchangeStreamCaptureMode, fa_cuda_error, (fa_cuda_capture_mode * m), (m))                      \
     X(cudaStreamDestroy, fa_cuda_error, (fa_cuda_stream s), (s))                                                \
     X(cudaDeviceEnablePeerAccess, fa_cuda_error, (int peer, unsigned flags), (peer, flags))                     \
     X(cudaGetDriverEntryPoint, fa_cuda_error,                                                                   \

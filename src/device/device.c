@@ -281,15 +281,40 @@ void fa_device_stream_destroying(fa_cuda_stream s)
     pthread_mutex_unlock(&capture_lock);
 }
 
-/* After cudaDeviceReset: every capture is gone with the streams. */
-static void captures_forget(void)
+/* After cudaDeviceReset: the captures on the reset device's streams are
+ * gone with them; another device's go on (the runtime says which).  The
+ * uncounted ones cannot be asked about and are forgotten. */
+static void captures_forget(const fa_cudart *rt)
 {
     pthread_mutex_lock(&capture_lock);
-    for (int i = 0; i < CAPTURE_SLOTS; i++)
-        capture_used[i] = false;
+    bool clear = error_clear(rt);
+    for (int i = 0; i < CAPTURE_SLOTS; i++) {
+        fa_cuda_capture_status status = 0; /* cudaStreamCaptureStatusNone */
+        if (capture_used[i] && (!rt->cudaStreamIsCapturing ||
+                                rt->cudaStreamIsCapturing(capture_stream[i], &status) != 0 || status == 0))
+            capture_drop(i);
+    }
+    absorb(rt, clear); /* the reset stream's "invalid handle" */
+    __atomic_fetch_sub(&captures, capture_unslotted, __ATOMIC_ACQ_REL);
     capture_unslotted = 0;
-    __atomic_store_n(&captures, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&capture_lock);
+}
+
+/* Whether the pool may serve this thread's cudaMalloc without the
+ * runtime: always outside captures; during one only in relaxed mode (as
+ * PyTorch allocates).  In the other modes the runtime decides: it refuses
+ * a cudaMalloc the capture prohibits and invalidates the capture, as it
+ * would without the pool. */
+static bool pool_may_serve(const fa_cudart *rt)
+{
+    if (!capturing())
+        return true;
+    fa_cuda_capture_mode mode = FA_CUDA_CAPTURE_MODE_RELAXED;
+    if (!rt->cudaThreadExchangeStreamCaptureMode || rt->cudaThreadExchangeStreamCaptureMode(&mode) != 0)
+        return false;
+    fa_cuda_capture_mode back = mode;
+    rt->cudaThreadExchangeStreamCaptureMode(&back);
+    return mode == FA_CUDA_CAPTURE_MODE_RELAXED;
 }
 
 static int current_device(const fa_cudart *rt)
@@ -774,6 +799,14 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
     return true;
 }
 
+void fa_device_capture_before_begun(void)
+{
+    const fa_cudart *rt = fa_cudart_get();
+    int dev = capturing() ? -1 : current_device(rt);
+    if (dev >= 0 && state_of(&devs[dev]) == READY)
+        sync_device(rt, &devs[dev], dev); /* none when nothing waits; leaves no error */
+}
+
 /* The piece pool serves n bytes: ready memory, else idle pieces moved and
  * new ones created (grow before waiting), else every idle piece released
  * and created again (the driver ran short), else the same after a
@@ -902,7 +935,7 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
     devstate *d = &devs[dev];
     if (!__atomic_load_n(&d->used, __ATOMIC_RELAXED))
         __atomic_store_n(&d->used, 1, __ATOMIC_RELAXED);
-    if (n > 0) {
+    if (n > 0 && pool_may_serve(rt)) {
         ensure_pool(rt, d, dev);
         int kind = state_of(d) == READY ? kind_of(d) : KIND_NONE;
         if (kind == KIND_VMM && vm_alloc(rt, d, dev, n, out))
@@ -1077,7 +1110,7 @@ fa_cuda_error fa_device_reset(void)
     int dev = current_device(rt);
     if (dev < 0) {
         fa_cuda_error r = rt->cudaDeviceReset();
-        captures_forget();
+        captures_forget(rt);
         return r;
     }
     /* The reset frees every allocation of the device: the pool lets go of
@@ -1091,9 +1124,10 @@ fa_cuda_error fa_device_reset(void)
     devstate *d = &devs[dev];
     /* The driver's reset waits for the device's queued work; unmapping the
      * pieces does not: the work lands first, as it would without the pool.
-     * A failed sync (a sticky error, a capture) is the reset's to clear. */
+     * A failed sync (a sticky error) is the reset's to clear.  Not while
+     * another device's stream captures: a sync would invalidate that. */
     if (state_of(d) == READY && __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE) == KIND_VMM &&
-        rt->cudaDeviceSynchronize) {
+        rt->cudaDeviceSynchronize && !capturing()) {
         bool clear = error_clear(rt);
         if (drv_sync(rt, d) != 0)
             absorb(rt, clear);
@@ -1124,7 +1158,7 @@ fa_cuda_error fa_device_reset(void)
     fa_ptrmap_drop_device(&fallback, dev);
     pthread_mutex_unlock(&map_lock);
     fa_cuda_error r = rt->cudaDeviceReset();
-    captures_forget();
+    captures_forget(rt);
     pthread_mutex_lock(&d->lock);
     __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&d->settled);

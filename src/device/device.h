@@ -53,7 +53,12 @@ bool fa_device_room_make(fa_device_room *room);
 void fa_device_count(enum fa_cuda_pt which);
 /* The real runtime (members NULL when missing; one error line then). */
 const struct fa_cudart *fa_device_runtime(const char *fn);
-/* Stream captures: no synchronisation while one is in progress. */
+/* Stream captures: no synchronisation while one is in progress.  Before
+ * a capture begins, the thread's device is synchronised if blocks freed
+ * before it wait for one (the driver's cudaFree would have synchronised):
+ * allocations during the capture can reuse them. */
+void fa_device_capture_before_begun(void);
+static inline void fa_device_capture_before_ended(void) {}
 void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r);
 void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r);
 /* Before cudaStreamDestroy(s). */

@@ -68,11 +68,13 @@ FA_PASS_DEVICE(FA_PT_cudaMallocManaged, cudaMallocManaged, (void **p, size_t n, 
 FA_PASS_DEVICE(FA_PT_cudaMallocPitch, cudaMallocPitch, (void **p, size_t *pitch, size_t w, size_t h),
                (p, pitch, w, h))
 
-/* Watched, so the pool never synchronises during a capture. */
+/* Watched, so the pool never synchronises during a capture; one about to
+ * begin first makes the blocks freed before it reusable. */
 #define FA_CAPTURE(event, name, params, args)                                         \
     FA_EXPORT fa_cuda_error name params                                               \
     {                                                                                 \
         const fa_cudart *rt = fa_device_runtime(#name);                              \
+        fa_device_capture_before_##event();                                           \
         fa_cuda_error r = rt->name ? rt->name args : FA_CUDA_ERROR_INITIALIZATION;    \
         fa_device_capture_##event(s, r);                                              \
         return r;                                                                     \

@@ -495,6 +495,38 @@ static int twodev(void)
     return failures;
 }
 
+/* A capture on device 1 goes on through device 0's reset: device 1's pool
+ * still never synchronises during it (which would invalidate it).  Run
+ * with two devices of 128 MiB and 64 MiB pools. */
+static int capture_twodev(void)
+{
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    void *z = dmalloc(MiB);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    void *u = dmalloc(60 * MiB), *w = dmalloc(60 * MiB); /* device 1 is nearly full */
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(cudaFree(u) == cudaSuccess); /* its memory waits for a sync the capture forbids */
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    (void)z;
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    uint64_t syncs = stat_of("device.1.device_syncs");
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 60 * MiB) == cudaErrorMemoryAllocation); /* no sync: the driver's answer */
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(stat_of("device.1.device_syncs") == syncs);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess); /* not invalidated */
+    CHECK(cudaFree(w) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
 static int reset(void)
 {
     void *a = dmalloc(MiB);
@@ -624,34 +656,41 @@ static int capture(void)
     void *a = dmalloc(32 * MiB);
     void *b = dmalloc(32 * MiB); /* the 64 MiB pool is full */
     CHECK(cudaFree(a) == cudaSuccess); /* quarantined */
+    /* A capture begins with the sync the driver's cudaFree of `a` would
+     * have made: PyTorch's allocation during the capture (relaxed mode)
+     * reuses a's memory, where a sync then would invalidate the capture. */
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
-    /* PyTorch allocates during capture in relaxed mode.  Serving this from
-     * the pool needs a sync, which would invalidate the capture: the driver
-     * serves it. */
+    CHECK(stat_of("device.0.device_syncs") == 1);
     int mode = cudaStreamCaptureModeRelaxed;
     CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     void *c = NULL;
     CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess);
+    CHECK(stat_of("device.0.pool_allocs") == 3 && stat_of("device.0.fallback_allocs") == 0);
+    /* The pool is full and neither syncs nor grows during a capture: the
+     * driver serves (and is full after it). */
+    void *x = NULL;
+    CHECK(cudaMalloc(&x, 32 * MiB) == cudaSuccess);
+    CHECK(stat_of("device.0.fallback_allocs") == 1);
     CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     cudaGraph_t g = NULL;
     CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess); /* not invalidated */
-    CHECK(stat_of("device.0.device_syncs") == 0);
-    CHECK(stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.device_syncs") == 1);
     /* After the capture the pool syncs again when it must. */
+    CHECK(cudaFree(c) == cudaSuccess);
     void *d = dmalloc(32 * MiB);
-    CHECK(stat_of("device.0.device_syncs") == 1 && stat_of("device.0.pool_allocs") == 3);
-    CHECK(cudaFree(b) == cudaSuccess && cudaFree(c) == cudaSuccess && cudaFree(d) == cudaSuccess);
+    CHECK(stat_of("device.0.device_syncs") == 2 && stat_of("device.0.pool_allocs") == 4);
     cudaStreamDestroy(s);
     /* A capture that ends with its stream destroyed, not with
      * cudaStreamEndCapture: the pool syncs again when it must. */
     cudaStream_t t;
     CHECK(cudaStreamCreateWithFlags(&t, 1) == cudaSuccess);
     CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaFree(b) == cudaSuccess && cudaFree(d) == cudaSuccess); /* quarantined during the capture */
     CHECK(cudaStreamDestroy(t) == cudaSuccess);
     uint64_t syncs = stat_of("device.0.device_syncs");
     void *e = dmalloc(32 * MiB), *f = dmalloc(32 * MiB); /* the quarantined b and d, after a sync */
     CHECK(stat_of("device.0.device_syncs") > syncs && stat_of("device.0.fallback_allocs") == 1);
-    CHECK(cudaFree(e) == cudaSuccess && cudaFree(f) == cudaSuccess);
+    CHECK(cudaFree(e) == cudaSuccess && cudaFree(f) == cudaSuccess && cudaFree(x) == cudaSuccess);
     /* One that ends with cudaDeviceReset: the pool is built again after it. */
     CHECK(cudaStreamCreateWithFlags(&t, 1) == cudaSuccess);
     CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess);
@@ -1065,6 +1104,8 @@ int main(int argc, char **argv)
         return meminfo() ? 1 : 0;
     if (strcmp(mode, "twodev") == 0)
         return twodev() ? 1 : 0;
+    if (strcmp(mode, "capture_twodev") == 0)
+        return capture_twodev() ? 1 : 0;
     if (strcmp(mode, "reset") == 0)
         return reset() ? 1 : 0;
     if (strcmp(mode, "reset_race") == 0)

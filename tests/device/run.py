@@ -118,6 +118,8 @@ def case_meminfo():
 
 def case_twodev():
     ok(run(["twodev"], FAKECUDA_DEVICES="2"), "two devices")
+    ok(run(["capture_twodev"], FAKECUDA_DEVICES="2", FAKECUDA_MEM="128M", FORGEALLOC_DEVICE_POOL_SIZE="64M"),
+       "a capture on one device through another's reset")
 
 
 def case_reset():
