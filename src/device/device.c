@@ -317,6 +317,16 @@ static bool pool_may_serve(const fa_cudart *rt)
     return mode == FA_CUDA_CAPTURE_MODE_RELAXED;
 }
 
+/* The thread's device as the runtime numbers it (-1 if unknown), also
+ * beyond the devices the pool serves: what a switch must restore. */
+static int thread_device(const fa_cudart *rt)
+{
+    int dev = -1;
+    if (!rt->cudaGetDevice || rt->cudaGetDevice(&dev) != 0)
+        return -1;
+    return dev;
+}
+
 static int current_device(const fa_cudart *rt)
 {
     int dev = -1;
@@ -783,7 +793,7 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
     if (capturing() || !rt->cudaDeviceSynchronize || !epoch_begin(d, &e))
         return false;
     bool clear = error_clear(rt);
-    int cur = current_device(rt);
+    int cur = thread_device(rt);
     if (cur != dev && (!rt->cudaSetDevice || rt->cudaSetDevice(dev) != 0)) {
         absorb(rt, clear);
         return false; /* the sync would wait for the wrong device */
@@ -1260,7 +1270,7 @@ void fa_device_background(uint64_t now_ms)
             if (excess && !waiting) {
                 /* The driver calls need the device's context on this thread. */
                 if (cur < 0)
-                    cur = current_device(rt);
+                    cur = thread_device(rt);
                 bool clear = error_clear(rt);
                 if (rt->cudaSetDevice && rt->cudaSetDevice(dev) != 0)
                     absorb(rt, clear);

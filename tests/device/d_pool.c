@@ -250,6 +250,24 @@ static int qcap(void)
     return failures;
 }
 
+/* A thread on a device the pool does not serve (the 17th) frees device
+ * 0's blocks past the quarantine's bound: the pool synchronises device 0
+ * and the thread is back on its own device after it. */
+static int qcap_highdev(void)
+{
+    enum { CAP = 1024 };
+    void *b[CAP];
+    for (int i = 0; i < CAP; i++)
+        b[i] = dmalloc(4 * KiB);
+    CHECK(cudaSetDevice(16) == cudaSuccess);
+    for (int i = 0; i < CAP; i++)
+        CHECK(cudaFree(b[i]) == cudaSuccess);
+    CHECK(stat_of("device.0.device_syncs") == 1);
+    int dev = -1;
+    CHECK(cudaGetDevice(&dev) == cudaSuccess && dev == 16);
+    return failures;
+}
+
 /* Many threads freeing past the bound while a synchronisation takes long
  * (FAKECUDA_SYNC_DELAY_MS, as a GPU with work queued): one of them syncs
  * for the bound, the others go on freeing, so the pool makes about one
@@ -1094,6 +1112,8 @@ int main(int argc, char **argv)
         return room() ? 1 : 0;
     if (strcmp(mode, "qcap") == 0)
         return qcap() ? 1 : 0;
+    if (strcmp(mode, "qcap_highdev") == 0)
+        return qcap_highdev() ? 1 : 0;
     if (strcmp(mode, "qcap_herd") == 0)
         return qcap_herd() ? 1 : 0;
     if (strcmp(mode, "first_race") == 0)

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FC_MAX_DEVICES 16
+#define FC_MAX_DEVICES 20
 #define FC_DEFAULT_DEVICES 2
 #define FC_DEFAULT_MEM ((size_t)1 << 30)
 #define FC_ALIGN ((size_t)512) /* cudaMalloc alignment and granularity */

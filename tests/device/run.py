@@ -80,6 +80,8 @@ def case_pool_off():
 def case_quarantine_cap():
     # Room for every block: only the quarantine's length makes the pool synchronise.
     ok(run(["qcap"], FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_MEM="1G"), "quarantine cap")
+    ok(run(["qcap_highdev"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="128M", FAKECUDA_DEVICES="17"),
+       "quarantine cap, freed from a device beyond the pool's")
 
 
 def case_quarantine_herd():
