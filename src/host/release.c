@@ -546,6 +546,18 @@ size_t fa_release_all(void)
     return got;
 }
 
+void fa_release_before_fork(void)
+{
+    int saved = errno;
+    if (!__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) { /* else a caller is deciding: it goes on */
+        if (fa_tc_prop("tcmalloc.pageheap_free_bytes") > STEP)
+            release_and_count(SIZE_MAX, FA_REL_fork);
+        __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+    }
+    errno = saved;
+}
+
 void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])
 {
     *count = __atomic_load_n(&releases, __ATOMIC_RELAXED);

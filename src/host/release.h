@@ -100,5 +100,8 @@ uint64_t fa_release_hold_ms(void);
 /* True while the background thread runs the policy. */
 bool fa_release_in_background(void);
 void fa_release_fork_child(void);
+/* Before a fork, once the background thread stopped for it: the free
+ * memory it watched goes back now (it would stay unwatched otherwise). */
+void fa_release_before_fork(void);
 
 #endif

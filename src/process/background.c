@@ -45,7 +45,9 @@ static uint64_t wake_at;
 /* A wake is worth a system call when the thread would sleep longer. */
 #define WAKE_SLACK_MS 100
 static int stopping;     /* exit under way */
+static int pausing;      /* a fork is under way: the thread leaves, none starts */
 static int working;      /* inside a tick or a dump */
+static pid_t thread_tid; /* the running thread's kernel id */
 static uint64_t interval_ms, next_dump_ms;
 
 static uint64_t mono_ms(void)
@@ -89,6 +91,7 @@ static void *thread_main(void *arg)
      * which would open a descriptor in the program for a moment (one a
      * concurrent fork could carry into its child). */
     pthread_setname_np(pthread_self(), "forgealloc");
+    __atomic_store_n(&thread_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
     /* Running from here: a first tick that finds nothing due may retire
      * before the starter is back from pthread_create. */
     int expect = STARTING;
@@ -101,6 +104,11 @@ static void *thread_main(void *arg)
         __atomic_store_n(&working, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
             __atomic_store_n(&working, 0, __ATOMIC_RELEASE);
+            break;
+        }
+        if (__atomic_load_n(&pausing, __ATOMIC_SEQ_CST)) {
+            __atomic_store_n(&working, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&state, IDLE, __ATOMIC_SEQ_CST);
             break;
         }
         uint64_t now = mono_ms();
@@ -158,6 +166,7 @@ static bool start_thread(void)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 128 * 1024);
     pthread_t t;
+    __atomic_store_n(&thread_tid, 0, __ATOMIC_RELEASE); /* the new thread sets its own */
     int err = pthread_create(&t, &attr, thread_main, NULL);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -179,7 +188,7 @@ static bool start_thread(void)
 /* start: start the thread when none runs (else only wake one that runs). */
 static bool wake(bool start)
 {
-    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || __atomic_load_n(&pausing, __ATOMIC_ACQUIRE))
         return false;
     /* The bump alone makes a wait about to begin return at once, and a
      * thread about to retire stay; the system call wakes a wait under way. */
@@ -259,8 +268,44 @@ void fa_background_stop(void)
     }
 }
 
+/* Python 3.12 and later warn on os.fork() in a process with more than one
+ * thread, and unshare(2) of a user namespace fails in one.  When the
+ * thread runs only for the release policy, it leaves before the fork and
+ * the free memory it watched goes back: the process forks single-threaded
+ * (the kernel's count, /proc's, is down once the thread is reaped) and the
+ * next large frees start it again.  Runs before tcmalloc's prepare handler
+ * (registered first, run last), so the thread can still finish a call
+ * into tcmalloc.  With periodic dumps, polling or a device pool to shrink,
+ * the thread stays. */
+void fa_background_fork_prepare(void)
+{
+    if (__atomic_load_n(&state, __ATOMIC_SEQ_CST) != RUNNING || interval_ms || fa_release_polling() ||
+        fa_device_background_wanted())
+        return;
+    int saved = errno;
+    pid_t pid = getpid();
+    __atomic_store_n(&pausing, 1, __ATOMIC_SEQ_CST);
+    futex_wake();
+    /* Gone once the kernel no longer knows its id (0 until a thread just
+     * created has told it); a release under way finishes first.  Never
+     * wait long for a thread stuck elsewhere. */
+    for (int i = 0; i < 5000; i++) {
+        pid_t tid = __atomic_load_n(&thread_tid, __ATOMIC_ACQUIRE);
+        if (tid > 0 && syscall(SYS_tgkill, pid, tid, 0) != 0)
+            break;
+        struct timespec ts = {0, 100000L};
+        nanosleep(&ts, NULL);
+    }
+    fa_release_before_fork();
+    errno = saved;
+}
+
+void fa_background_fork_parent(void) { __atomic_store_n(&pausing, 0, __ATOMIC_SEQ_CST); }
+
 void fa_background_fork_child(void)
 {
+    pausing = 0;
+    thread_tid = 0;
     state = IDLE;
     word = 0;
     wake_at = 0;

@@ -19,6 +19,11 @@ bool fa_background_wake(void);
 /* At exit: ask the thread to stop and wait (bounded) until it is out of
  * the allocator, so the exit dump is not written beside a release. */
 void fa_background_stop(void);
+/* Around fork: a thread that runs only for the release policy leaves
+ * before it, and the memory it watched goes back (the process forks with
+ * one thread); after it, in the parent, threads may start again. */
+void fa_background_fork_prepare(void);
+void fa_background_fork_parent(void);
 /* In the child after fork: no thread there; the next need starts one. */
 void fa_background_fork_child(void);
 

@@ -23,9 +23,17 @@
 #include "../core/options.h"
 #include "signals.h"
 
-static void fork_prepare(void) { fa_stats_fork_prepare(); }
+static void fork_prepare(void)
+{
+    fa_background_fork_prepare();
+    fa_stats_fork_prepare();
+}
 
-static void fork_parent(void) { fa_stats_fork_parent(); }
+static void fork_parent(void)
+{
+    fa_stats_fork_parent();
+    fa_background_fork_parent();
+}
 
 static void fork_child(void)
 {

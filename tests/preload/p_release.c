@@ -169,6 +169,27 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Threads of this process as the kernel counts them (/proc/self/stat,
+ * field 20). */
+static int kernel_threads(void)
+{
+    char buf[1024] = "";
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* after the command name */
+    int field = 2, threads = -1;
+    for (; p && *p; p++)
+        if (*p == ' ' && ++field == 20) {
+            threads = atoi(p + 1);
+            break;
+        }
+    return threads;
+}
+
 /* Threads of this process named "forgealloc". */
 static int helper_threads(void)
 {
@@ -338,6 +359,20 @@ int main(int argc, char **argv)
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
         printf("helper_threads_after_burst %d\n", helper_threads());
+        /* A fork now: the thread leaves before it, so the process forks
+         * with one thread (the count Python 3.12's os.fork warns on). */
+        fflush(stdout);
+        long rss = rss_mb();
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(kernel_threads() == 1 ? 0 : 3);
+        printf("threads_after_fork %d rss_drop_mb %ld\n", kernel_threads(), rss - rss_mb());
+        int status = 0;
+        waitpid(pid, &status, 0);
+        printf("child_single_threaded %d\n", WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        burst("", 0); /* the next burst starts the thread again */
+        nanosleep(&ts, NULL);
+        printf("helper_threads_after_fork_burst %d\n", helper_threads());
         return 0;
     }
     if (strcmp(mode, "retire") == 0) {

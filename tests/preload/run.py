@@ -448,6 +448,14 @@ def case_release_thread():
     after = int(re.search(r"helper_threads_after_burst (\d+)", r.stdout).group(1))
     check(small == 0, f"{small} forgealloc thread(s) in a process that only made small allocations")
     check(after == 1, f"{after} forgealloc threads after a burst was freed, expected 1")
+    # A fork while it runs: it leaves first and the held memory goes back,
+    # so parent and child are single-threaded right after the fork; the
+    # next burst starts it again.
+    m = re.search(r"threads_after_fork (\d+) rss_drop_mb (-?\d+)", r.stdout)
+    check(m and m.group(1) == "1", f"the parent had {m and m.group(1)} threads right after fork:\n{r.stdout}")
+    check(int(m.group(2)) >= 400, f"RSS dropped by {m.group(2)} MB at the fork, expected the 800 MB held")
+    check("child_single_threaded 1" in r.stdout, f"the child had more than one thread:\n{r.stdout}")
+    check("helper_threads_after_fork_burst 1" in r.stdout, f"no thread after the next burst:\n{r.stdout}")
     r = run(["/bin/sh", "-c", "ls /proc/$$/task | wc -l"])
     check(r.stdout.strip() == "1", f"a shell under the shim has {r.stdout.strip()} threads")
     # Once the memory went back and nothing is left to judge, the thread
@@ -509,10 +517,19 @@ def case_release_counted_once():
 
 
 def case_release_fork_inherited():
-    """A child forked while its parent holds free memory holds it too (and
-    alone, once the parent returns its copy): the child returns it within
-    the delay after its first allocation, with no other call."""
+    """Free memory held at a fork: with only the release policy running in
+    the background thread, it goes back before the fork and the child holds
+    none.  Where the thread stays (periodic dumps), the child holds it too
+    (and alone, once the parent returns its copy): it returns it within the
+    delay after its first allocation, with no other call."""
     r = run([prog("p_release"), "inherit", "4"], env=base_env(FORGEALLOC_RELEASE_DELAY="500ms"))
+    check(r.returncode == 0, r.stderr)
+    m = re.search(r"child rss_start_mb (\d+) rss_end_mb (\d+)", r.stdout)
+    check(m and int(m.group(1)) < 64, f"the child inherited the free memory: {r.stdout!r}")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_release"), "inherit", "4"],
+                env=base_env(FORGEALLOC_RELEASE_DELAY="500ms", FORGEALLOC_STATS="json", FORGEALLOC_STATS_INTERVAL="60s",
+                             FORGEALLOC_STATS_FILE=f"{d}/%p.json"))
     check(r.returncode == 0, r.stderr)
     m = re.search(r"child rss_start_mb (\d+) rss_end_mb (\d+)", r.stdout)
     check(m and int(m.group(1)) > 200, f"the child did not inherit the free memory: {r.stdout!r}")
