@@ -305,6 +305,16 @@ def case_report():
         r = sh([launcher(), "report", f"{d}/a.json", f"{d}/b.json"])
         check(r.returncode == 0 and re.search(r"^\s+calloc\s+[\d,]+\s+[\d,]+\s+\+[\d,]+", r.stdout, re.M),
               f"side by side: {r.stdout}")
+        # A device entry holds a string beside its numbers (pool_type): shown as it is.
+        doc = json.load(open(f"{d}/a.json"))
+        doc["device"]["devices"] = [{"device": 0, "pool_type": "pieces", "pool_bytes": 1 << 30, "allocs": 1234}]
+        json.dump(doc, open(f"{d}/gpu.json", "w"))
+        r = sh([launcher(), "report", f"{d}/gpu.json"])
+        check(r.returncode == 0 and re.search(r"^device 0\n\s+pool_type\s+pieces$", r.stdout, re.M)
+              and re.search(r"^\s+pool_bytes\s+1\.0 GiB$", r.stdout, re.M), f"device entry: {r.stdout}{r.stderr}")
+        r = sh([launcher(), "report", f"{d}/a.json", f"{d}/gpu.json"])
+        check(r.returncode == 0 and re.search(r"^\s+pool_type\s+-\s+pieces$", r.stdout, re.M)
+              and re.search(r"^\s+allocs\s+-\s+1,234$", r.stdout, re.M), f"device entry side by side: {r.stdout}{r.stderr}")
         open(f"{d}/bad.json", "w").write("{}")
         r = sh([launcher(), "report", f"{d}/bad.json"])
         check(r.returncode != 0 and "not a forgealloc stats dump" in r.stderr, f"bad file: {r.stderr!r}")
