@@ -94,6 +94,13 @@ def case_stats_routing():
         check(r.stdout.strip() == "0" and r.stderr == "", f"--pool / --stats-file: {r!r}")
         docs = glob.glob(f"{d}/x-*.json")
         check(len(docs) == 1 and json.load(open(docs[0]))["config"]["stats"] == "json", f"json dump: {docs}")
+        # The format in any case, as the library takes it: the children's files are named for it.
+        for args, e in ((["--stats", "JSON"], env(FORGEALLOC_STATS_DIR=f"{d}/up")),
+                        ([], env(FORGEALLOC_STATS_DIR=f"{d}/up2", FORGEALLOC_STATS="Json"))):
+            r = sh([launcher(), "run"] + args + ["--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"], e)
+            files = os.listdir(e["FORGEALLOC_STATS_DIR"])
+            check(r.returncode == 0 and json.loads(r.stderr)["config"]["stats"] == "json" and len(files) == 1
+                  and files[0].endswith(".json"), f"{args or e['FORGEALLOC_STATS']}: {files} {r.stderr!r}")
         # A relative --stats-file: a child started in another directory writes beside the command.
         os.mkdir(f"{d}/repo")
         r = sh([launcher(), "run", "--stats", "json", "--stats-file", "y-%p.json", "--",
