@@ -765,6 +765,12 @@ def case_stats_file():
                 env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="rel-%p.json"))
         check(r.returncode == 0 and len(glob.glob(f"{d}/rel-*.json")) == 1 and not os.listdir(f"{d}/elsewhere"),
               f"relative stats file: {os.listdir(d)} {os.listdir(f'{d}/elsewhere')} {r.stderr!r}")
+        # A % in the name of that directory stands for itself: 50%pct is no %p.
+        pct = f"{d}/50%pct"
+        os.mkdir(pct)
+        r = run(["/bin/true"], cwd=pct, env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="rel.json"))
+        check(r.returncode == 0 and r.stderr == "" and os.listdir(pct) == ["rel.json"],
+              f"relative stats file in {pct}: {os.listdir(d)} {os.listdir(pct)} {r.stderr!r}")
 
 
 def case_stats_file_special():
