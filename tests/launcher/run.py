@@ -202,7 +202,7 @@ def case_loaded():
 
 def case_edges():
     """A command named like an option, a library path LD_PRELOAD cannot hold, a relative FORGEALLOC_STATS_DIR, a
-    fallback directory someone else made, a --stats-file that is a device."""
+    fallback directory someone else made, a --stats-file that is a device, a % in a directory's name."""
     with tempfile.TemporaryDirectory() as d:
         os.mkdir(f"{d}/bin")
         with open(f"{d}/bin/-c", "w") as f:
@@ -235,6 +235,21 @@ def case_edges():
             check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
         r = sh([launcher(), "run", "--stats-file", "/dev/null", "--", "true"])
         check(r.returncode == 0 and r.stderr == "", f"--stats-file /dev/null: {r.stderr!r}")
+        # A % in a directory's name stands for itself (50%pct is no %p): FORGEALLOC_STATS_DIR, one relative to
+        # the directory run starts in, $TMPDIR, and a relative --stats-file.
+        pct = f"{d}/50%pct"
+        os.mkdir(pct)
+        child = [A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"]
+        for e, where in ((env(FORGEALLOC_STATS_DIR=f"{pct}/dir"), f"{pct}/dir"),
+                         (env(FORGEALLOC_STATS_DIR="rel"), f"{pct}/rel"),
+                         (env(TMPDIR=pct), f"{pct}/forgealloc-{os.geteuid()}")):
+            r = sh([launcher(), "run", "--"] + child, e, cwd=pct)
+            check(r.returncode == 0 and "cannot write" not in r.stderr and os.path.isdir(where)
+                  and len(os.listdir(where)) == 1, f"stats files in {where}: {os.listdir(pct)} {r.stderr!r}")
+        r = sh([launcher(), "run", "--stats-file", "s-%p.txt", "--"] + child, cwd=pct)
+        check(r.returncode == 0 and "cannot write" not in r.stderr
+              and len([f for f in os.listdir(pct) if f.startswith("s-")]) == 2,
+              f"relative --stats-file in {pct}: {os.listdir(pct)} {r.stderr!r}")
 
 
 # ---- env, doctor, report ---------------------------------------------------------------
