@@ -107,6 +107,11 @@ def case_stats_routing():
                 A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='repo')"], cwd=d)
         check(r.returncode == 0 and len(glob.glob(f"{d}/y-*.json")) == 2 and not os.listdir(f"{d}/repo"),
               f"relative --stats-file: {os.listdir(d)} {os.listdir(f'{d}/repo')} {r.stderr!r}")
+        # The same with a relative FORGEALLOC_STATS_FILE from the environment.
+        r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='repo')"],
+               env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="z-%p.json"), cwd=d)
+        check(r.returncode == 0 and len(glob.glob(f"{d}/z-*.json")) == 2 and not os.listdir(f"{d}/repo"),
+              f"relative FORGEALLOC_STATS_FILE: {os.listdir(d)} {os.listdir(f'{d}/repo')} {r.stderr!r}")
 
 
 def case_stats_keep():
