@@ -238,6 +238,12 @@ def case_edges():
             check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 1
                   and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
             check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
+            # The same with TMPDIR relative to the directory run starts in.
+            r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
+                   env(TMPDIR="tmp"), cwd=d)
+            mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+            check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 2,
+                  f"relative TMPDIR, fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
         r = sh([launcher(), "run", "--stats-file", "/dev/null", "--", "true"])
         check(r.returncode == 0 and r.stderr == "", f"--stats-file /dev/null: {r.stderr!r}")
         # A % in a directory's name stands for itself (50%pct is no %p): FORGEALLOC_STATS_DIR, one relative to
