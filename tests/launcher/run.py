@@ -64,6 +64,16 @@ def case_compose():
     check(r.stdout.strip() == f"{A.lib}:{libm}", f"another allocator left out: {r.stdout!r}")
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("forgealloc:")]
     check(len(lines) == 1 and "libjemalloc.so.2" in lines[0], f"one warning line naming it: {r.stderr!r}")
+    # An entry is a name, never a wildcard: lib[j]emalloc.so is kept as it is, not expanded to libjemalloc.so (and
+    # left out as another allocator).
+    with tempfile.TemporaryDirectory() as d:
+        for name in ("lib[j]emalloc.so", "libjemalloc.so"):
+            shutil.copy(libm, f"{d}/{name}")
+        r = sh([launcher(), "run", "--stats", "off", "--"] + show_preload(), env(LD_PRELOAD=f"{d}/lib[j]emalloc.so"))
+        check(r.returncode == 0 and r.stdout.strip() == f"{A.lib}:{d}/lib[j]emalloc.so" and r.stderr == "",
+              f"a name with [j]: {r.stdout!r} {r.stderr!r}")
+        r = sh([launcher(), "doctor"], env(LD_PRELOAD=f"{d}/lib[j]emalloc.so"))
+        check(r.returncode == 0 and "another allocator" not in r.stdout, f"doctor, a name with [j]: {r.stdout}")
 
 
 def case_exec_pid():
