@@ -43,9 +43,16 @@ static const char *skip_ws(const char *s)
     return s;
 }
 
-/* Decimal number "123" or "1.25": at most 18 integer digits and 9 decimals.
- * Returns the end, or NULL when there is no number. */
-static const char *parse_decimal(const char *s, uint64_t *ip, uint64_t *frac, int *fdigits)
+/* Why a value that reads as a number is refused (*why of the parsers, the
+ * message's phrase in place of the expected kind). */
+static const char too_precise[] = "a value with at most 9 decimals";
+static const char too_short[] =
+    "0 or a duration of at least 1 ms (a shorter one would round to 0, which has its own meaning)";
+
+/* Decimal number "123" or "1.25": at most 18 integer digits and 9 decimals
+ * (zeros past the 9th are fine, other digits are refused: *why).  Returns
+ * the end, or NULL when there is no number. */
+static const char *parse_decimal(const char *s, uint64_t *ip, uint64_t *frac, int *fdigits, const char **why)
 {
     uint64_t v = 0, f = 0;
     int nd = 0, nf = 0;
@@ -60,6 +67,9 @@ static const char *parse_decimal(const char *s, uint64_t *ip, uint64_t *frac, in
             if (nf < 9) {
                 f = f * 10 + (uint64_t)(*s - '0');
                 nf++;
+            } else if (*s != '0') {
+                *why = too_precise;
+                return NULL;
             }
         }
         if (nf == 0 && nd == 0)
@@ -81,11 +91,11 @@ static double decimal_value(uint64_t ip, uint64_t frac, int fdigits)
     return (double)ip + d;
 }
 
-static bool parse_size(const char *text, uint64_t *out)
+static bool parse_size(const char *text, uint64_t *out, const char **why)
 {
     uint64_t ip, frac;
     int nf;
-    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf, why);
     if (!s)
         return false;
     s = skip_ws(s);
@@ -122,11 +132,11 @@ static bool parse_size(const char *text, uint64_t *out)
     return true;
 }
 
-static bool parse_number(const char *text, double min, double max, double *out)
+static bool parse_number(const char *text, double min, double max, double *out, const char **why)
 {
     uint64_t ip, frac;
     int nf;
-    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf, why);
     if (!s || *skip_ws(s))
         return false;
     double d = decimal_value(ip, frac, nf);
@@ -136,11 +146,11 @@ static bool parse_number(const char *text, double min, double max, double *out)
     return true;
 }
 
-static bool parse_seconds(const char *text, double min, double max, uint64_t *ms)
+static bool parse_seconds(const char *text, double min, double max, uint64_t *ms, const char **why)
 {
     uint64_t ip, frac;
     int nf;
-    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf, why);
     if (!s)
         return false;
     double d = decimal_value(ip, frac, nf);
@@ -157,6 +167,11 @@ static bool parse_seconds(const char *text, double min, double max, uint64_t *ms
     if (*skip_ws(s) || d < min || d > max)
         return false;
     *ms = (uint64_t)(d * 1000.0 + 0.5);
+    if (*ms == 0 && d > 0) {
+        /* 0 is a mode of its own (at once, only at exit): never by rounding. */
+        *why = too_short;
+        return false;
+    }
     return true;
 }
 
@@ -212,12 +227,13 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
     fa_optval v = {0};
     v.src = FA_SRC_ENV;
     bool ok = false;
+    const char *why = NULL;
     switch (d->type) {
     case FA_TYPE_SIZE:
     case FA_TYPE_SIZE_POW2:
         *expected = d->type == FA_TYPE_SIZE_POW2 ? "a power of two (use 64M, 256MiB or 1G)"
                                                  : "a size (use 4G, 512MiB or 1048576)";
-        ok = parse_size(text, &v.u) && size_in_range(d, v.u);
+        ok = parse_size(text, &v.u, &why) && size_in_range(d, v.u);
         break;
     case FA_TYPE_SIZE_PCT: {
         *expected = "a size or a percentage (use 4G, 512MiB or 40%)";
@@ -231,22 +247,24 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
                 break;
             memcpy(tmp, t, n - 1);
             tmp[n - 1] = '\0';
-            ok = parse_number(tmp, d->min, d->max, &v.d);
+            ok = parse_number(tmp, d->min, d->max, &v.d, &why);
             v.is_pct = true;
         } else {
-            ok = parse_size(text, &v.u);
+            ok = parse_size(text, &v.u, &why);
         }
         break;
     }
     case FA_TYPE_NUM:
     case FA_TYPE_INT:
         *expected = d->type == FA_TYPE_INT ? "a whole number" : "a number";
-        ok = parse_number(text, d->min, d->max, &v.d) && (d->type == FA_TYPE_NUM || v.d == (double)(uint64_t)v.d);
+        ok = parse_number(text, d->min, d->max, &v.d, &why) && (d->type == FA_TYPE_NUM || v.d == (double)(uint64_t)v.d);
         v.u = (uint64_t)v.d;
+        if (d->type == FA_TYPE_INT)
+            why = NULL; /* "is not a whole number" says it */
         break;
     case FA_TYPE_SECONDS:
         *expected = "a duration (use 30, 1.5s, 500ms or 2m)";
-        ok = parse_seconds(text, d->min, d->max, &v.u);
+        ok = parse_seconds(text, d->min, d->max, &v.u, &why);
         break;
     case FA_TYPE_BOOL:
         *expected = "a boolean (use 1 or 0, true or false, yes or no, on or off)";
@@ -264,6 +282,8 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
     }
     if (ok)
         *out = v;
+    else if (why)
+        *expected = why;
     return ok;
 }
 
@@ -345,7 +365,9 @@ static void percent_range(fa_buf *b, const fa_option_desc *d)
 
 static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expected)
 {
-    if (d->type == FA_TYPE_ENUM) {
+    if (expected == too_precise || expected == too_short) {
+        fa_buf_str(b, expected); /* why the value is refused: no range to add */
+    } else if (d->type == FA_TYPE_ENUM) {
         fa_buf_str(b, "one of ");
         for (const char *c = expected; *c; c++) {
             if (*c == '|')
