@@ -175,6 +175,21 @@ static bool parse_seconds(const char *text, double min, double max, uint64_t *ms
     return true;
 }
 
+/* text without the blanks around it into word (cap bytes), as sizes and
+ * numbers skip them; false when it does not fit. */
+static bool trimmed(const char *text, char *word, size_t cap)
+{
+    text = skip_ws(text);
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+        n--;
+    if (n >= cap)
+        return false;
+    memcpy(word, text, n);
+    word[n] = '\0';
+    return true;
+}
+
 static bool parse_bool(const char *text, uint64_t *out)
 {
     static const char *const yes[] = {"1", "true", "yes", "on"};
@@ -266,14 +281,18 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
         *expected = "a duration (use 30, 1.5s, 500ms or 2m)";
         ok = parse_seconds(text, d->min, d->max, &v.u, &why);
         break;
-    case FA_TYPE_BOOL:
+    case FA_TYPE_BOOL: {
         *expected = "a boolean (use 1 or 0, true or false, yes or no, on or off)";
-        ok = parse_bool(text, &v.u);
+        char word[16];
+        ok = trimmed(text, word, sizeof word) && parse_bool(word, &v.u);
         break;
-    case FA_TYPE_ENUM:
+    }
+    case FA_TYPE_ENUM: {
         *expected = d->choices;
-        ok = parse_enum(text, d->choices, &v.u);
+        char word[32];
+        ok = trimmed(text, word, sizeof word) && parse_enum(word, d->choices, &v.u);
         break;
+    }
     case FA_TYPE_PATH:
         *expected = "a path (or - for stderr)";
         ok = text[0] != '\0' && strlen(text) < FA_PATH_MAX;

@@ -104,9 +104,11 @@ def case_stats_routing():
         check(r.stdout.strip() == "0" and r.stderr == "", f"--pool / --stats-file: {r!r}")
         docs = glob.glob(f"{d}/x-*.json")
         check(len(docs) == 1 and json.load(open(docs[0]))["config"]["stats"] == "json", f"json dump: {docs}")
-        # The format in any case, as the library takes it: the children's files are named for it.
+        # The format in any case and with blanks around it, as the library takes it: the children's files are
+        # named for it.
         for args, e in ((["--stats", "JSON"], env(FORGEALLOC_STATS_DIR=f"{d}/up")),
-                        ([], env(FORGEALLOC_STATS_DIR=f"{d}/up2", FORGEALLOC_STATS="Json"))):
+                        ([], env(FORGEALLOC_STATS_DIR=f"{d}/up2", FORGEALLOC_STATS="Json")),
+                        ([], env(FORGEALLOC_STATS_DIR=f"{d}/up3", FORGEALLOC_STATS=" json\t"))):
             r = sh([launcher(), "run"] + args + ["--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"], e)
             files = os.listdir(e["FORGEALLOC_STATS_DIR"])
             check(r.returncode == 0 and json.loads(r.stderr)["config"]["stats"] == "json" and len(files) == 1

@@ -162,6 +162,13 @@ static void test_bool_enum_path(void **state)
     parse_bad(FA_OPT_STRICT, "2");
     parse_bad(FA_OPT_STRICT, "maybe");
     parse_bad(FA_OPT_STRICT, "");
+    parse_bad(FA_OPT_STRICT, "  ");
+    /* Blanks around a boolean or a choice are skipped, as around a size. */
+    assert_int_equal(parse_ok(FA_OPT_STATS_ON_SIGNAL, " 0 ").u, 0);
+    assert_int_equal(parse_ok(FA_OPT_STATS_ON_SIGNAL, "\tyes").u, 1);
+    assert_int_equal(parse_ok(FA_OPT_STATS, "json ").u, FA_STATS_JSON);
+    assert_int_equal(parse_ok(FA_OPT_LOG, " \tinfo\t ").u, FA_LOG_INFO);
+    parse_bad(FA_OPT_STATS, "js on");
 
     assert_int_equal(parse_ok(FA_OPT_STATS, "off").u, FA_STATS_OFF);
     assert_int_equal(parse_ok(FA_OPT_STATS, "text").u, FA_STATS_TEXT);
@@ -176,6 +183,7 @@ static void test_bool_enum_path(void **state)
 
     assert_string_equal(parse_ok(FA_OPT_STATS_FILE, "/tmp/x-%p.json").s, "/tmp/x-%p.json");
     assert_string_equal(parse_ok(FA_OPT_STATS_FILE, "-").s, "-");
+    assert_string_equal(parse_ok(FA_OPT_STATS_FILE, " s.json ").s, " s.json "); /* a path is taken as it is */
     parse_bad(FA_OPT_STATS_FILE, "");
 }
 
