@@ -25,6 +25,7 @@ const fa_option_desc fa_option_table[FA_OPT_COUNT] = {
 static fa_optval values[FA_OPT_COUNT];
 static char path_store[FA_OPT_COUNT][FA_PATH_MAX];
 static int invalid_count;
+static int unknown_count; /* FORGEALLOC_* names that are no setting (a misspelling) */
 static int load_state; /* 0 = not loaded, 1 = loading, 2 = loaded */
 /* The table's defaults, parsed once: what other threads read while one
  * thread loads the environment into `values`. */
@@ -464,6 +465,7 @@ int fa_options_load(char *const *envp)
     __atomic_store_n(&loader_tid, gettid(), __ATOMIC_RELAXED);
     __atomic_store_n(&load_state, 1, __ATOMIC_RELEASE);
     invalid_count = 0;
+    unknown_count = 0;
     for (int i = 0; i < FA_OPT_COUNT; i++)
         set_default((enum fa_opt_id)i);
     /* LOG and STRICT first: they decide how the others' problems are told. */
@@ -493,7 +495,12 @@ int fa_options_load(char *const *envp)
             fa_buf b;
             fa_buf_init(&b, m, sizeof m);
             fa_buf_quoted_raw(&b, name, 64);
-            fa_warn("%s is not a forgealloc setting and is ignored; `forgealloc env` lists them all", m);
+            unknown_count++;
+            /* FORGEALLOC_STRICT refuses it as it refuses a bad value. */
+            bool strict = values[FA_OPT_STRICT].u;
+            fa_log(strict ? FA_LOG_ERROR : FA_LOG_WARN,
+                   "%s is not a forgealloc setting%s; `forgealloc env` lists them all", m,
+                   strict ? "" : " and is ignored");
         }
     }
     __atomic_store_n(&load_state, 2, __ATOMIC_RELEASE);
@@ -503,15 +510,19 @@ int fa_options_load(char *const *envp)
 
 int fa_options_invalid_count(void) { return invalid_count; }
 
+int fa_options_unknown_count(void) { return unknown_count; }
+
 const fa_optval *fa_opt(enum fa_opt_id id)
 {
     if (__atomic_load_n(&load_state, __ATOMIC_ACQUIRE) != 2) {
         int expect = 0;
         if (__atomic_compare_exchange_n(&load_state, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            int bad = fa_options_load(environ);
+            int invalid = fa_options_load(environ), bad = invalid + unknown_count;
             if (bad && values[FA_OPT_STRICT].u) {
-                fa_error("FORGEALLOC_STRICT=1 and %d setting%s invalid; refusing to start (fix or unset %s)", bad,
-                         bad == 1 ? " is" : "s are", bad == 1 ? "it" : "them");
+                fa_error("FORGEALLOC_STRICT=1 and %d setting%s %s; refusing to start (fix or unset %s)", bad,
+                         bad == 1 ? " is" : "s are",
+                         !unknown_count ? "invalid" : invalid ? "invalid or unknown" : "unknown",
+                         bad == 1 ? "it" : "them");
                 _exit(2);
             }
         } else if (__atomic_load_n(&loader_tid, __ATOMIC_RELAXED) != gettid()) {

@@ -212,9 +212,12 @@ def case_loaded():
         r = sh([launcher(), "run", "--stats", "off", "--", A.python, "-c", "pass"], env(FORGEALLOC_RELEASE_RATE="abc"))
         check(r.stderr.count("FORGEALLOC_RELEASE_RATE") == 1, f"one warning: {r.stderr!r}")
         r = sh([launcher(), "run", "--", "env"], env(LD_PRELOAD=A.lib, FORGEALLOC_LOG="info"))
-        check("FORGEALLOC_LOG=info\n" in r.stdout and "FORGEALLOC_LAUNCHER" not in r.stdout, f"caller's env: {r.stdout!r}")
+        check("FORGEALLOC_LOG=info\n" in r.stdout and "_CALLER_" not in r.stdout, f"caller's env: {r.stdout!r}")
         r = sh([launcher(), "run", "--", "env"], env(LD_PRELOAD=A.lib, FORGEALLOC_STATS=None))
         check("FORGEALLOC_STATS=text\n" in r.stdout and "FORGEALLOC_LOG=" not in r.stdout, f"unset stays unset: {r.stdout!r}")
+        # FORGEALLOC_STRICT=1 refuses unknown FORGEALLOC_* names: the launcher's own shell has none.
+        r = sh([launcher(), "run", "--stats", "off", "--", "echo", "hi"], env(LD_PRELOAD=A.lib, FORGEALLOC_STRICT="1"))
+        check(r.returncode == 0 and r.stdout == "hi\n" and r.stderr == "", f"strict, library loaded: {r!r}")
 
 
 def case_edges():

@@ -745,6 +745,14 @@ def case_bad_setting():
     r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATE="abc", FORGEALLOC_STRICT="1"))
     check(r.returncode == 2 and r.stdout == "", f"strict mode should refuse to start: {r!r}")
     check("refusing to start" in r.stderr and "FORGEALLOC_RELEASE_RATE" in r.stderr, f"strict message: {r.stderr!r}")
+    # A misspelt name: ignored with one line, and refused under FORGEALLOC_STRICT=1 as a bad value is.
+    r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATES="2"))
+    check(r.returncode == 0 and r.stdout == "hi\n" and len(r.stderr.splitlines()) == 1
+          and "FORGEALLOC_RELEASE_RATES is not a forgealloc setting and is ignored" in r.stderr, f"misspelt: {r!r}")
+    r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATES="2", FORGEALLOC_STRICT="1"))
+    lines = r.stderr.splitlines()
+    check(r.returncode == 2 and r.stdout == "" and len(lines) == 2 and "FORGEALLOC_RELEASE_RATES is not a forgealloc "
+          "setting;" in lines[0] and "1 setting is unknown; refusing to start" in lines[1], f"strict, misspelt: {r!r}")
 
 
 def case_stats_file():

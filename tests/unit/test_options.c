@@ -241,7 +241,8 @@ static void test_load_and_messages(void **state)
                                 "(use 30, 1.5s, 500ms or 2m); using 2s\n"));
     assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATS='xml\\x01\\xff' is not one of off, text, json, "
                                 "prometheus; using off\n"));
-    assert_non_null(strstr(out, "FORGEALLOC_STATZ is not a forgealloc setting"));
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATZ is not a forgealloc setting and is ignored; "));
+    assert_int_equal(fa_options_unknown_count(), 1); /* FORGEALLOC_STRICT refuses it too */
     assert_true(fa_opt(FA_OPT_RELEASE_RATE)->d == 0.0);
     assert_int_equal(fa_opt(FA_OPT_RELEASE_RATE)->src, FA_SRC_INVALID);
     assert_int_equal(fa_opt_u64(FA_OPT_STATS), FA_STATS_OFF);
@@ -271,8 +272,18 @@ static void test_load_and_messages(void **state)
     assert_true(strlen(out) < 400);
     assert_non_null(strstr(out, "...' is not a number"));
 
+    /* Under FORGEALLOC_STRICT=1 a misspelt name is an error, not ignored. */
+    char *env_strict[] = {"FORGEALLOC_STRICT=1", "FORGEALLOC_LOG=error", "FORGEALLOC_STAT=json", NULL};
+    fa_capture_stderr_begin();
+    assert_int_equal(fa_options_load(env_strict), 0);
+    fa_capture_stderr_end(out, sizeof out);
+    assert_int_equal(fa_options_unknown_count(), 1);
+    assert_string_equal(out, "forgealloc: FORGEALLOC_STAT is not a forgealloc setting; `forgealloc env` lists them "
+                             "all\n");
+
     char *env_none[] = {NULL};
     assert_int_equal(fa_options_load(env_none), 0);
+    assert_int_equal(fa_options_unknown_count(), 0);
 }
 
 static void test_rendering(void **state)
