@@ -347,7 +347,7 @@ def case_report():
         for name, code in (("a", "x = 1"), ("b", "x = [bytes(100) for _ in range(50000)]")):
             r = sh([launcher(), "run", "--stats", "json", "--stats-file", f"{d}/{name}.json", "--", A.python, "-c",
                     code])
-            check(r.returncode == 0, r.stderr)
+            check(r.returncode == 0 and r.stderr == "", f"the README's example prints nothing: {r.stderr!r}")
         r = sh([launcher(), "report", f"{d}/a.json"])
         check(r.returncode == 0 and re.search(r"^\s+malloc\s+[\d,]+$", r.stdout, re.M), f"one report: {r.stdout}")
         r = sh([launcher(), "report", f"{d}/a.json", f"{d}/b.json"])
