@@ -122,8 +122,20 @@ def _human(n):
         n /= 1024
 
 
+def _cell(v, is_bytes):
+    """One value as the table shows it: numbers grouped, bytes readable, anything else (a device's
+    "pool_type": "pieces") as it is."""
+    if v is None:
+        return "-"
+    if not isinstance(v, (int, float)):
+        return str(v)
+    if is_bytes:
+        return _human(v)
+    return f"{v:,.3f}".rstrip("0").rstrip(".") if isinstance(v, float) else f"{v:,}"
+
+
 def _rows(doc):
-    """(section, name, value, is_bytes) for every number a report shows."""
+    """(section, name, value, is_bytes) for every value a report shows."""
     host = doc.get("host", {})
     out = [("process", "pid", doc.get("pid"), False), ("process", "uptime s", doc.get("uptime_ms", 0) / 1000, False)]
     for k, v in host.get("calls", {}).items():
@@ -170,11 +182,7 @@ def _report(paths):
         if key[0] != section:
             section = key[0]
             print(f"\n{section}")
-        cells = []
-        for t in tables:
-            v, is_bytes = t.get(key, (None, False))
-            cells.append("-" if v is None else _human(v) if is_bytes else f"{v:,.3f}".rstrip("0").rstrip(".")
-                         if isinstance(v, float) else f"{v:,}")
+        cells = [_cell(*t.get(key, (None, False))) for t in tables]
         line = f"  {key[1]:<26}" + "".join(f"{c:>16}" for c in cells)
         if len(tables) == 2 and key[0] != "process":
             a, b = (t.get(key, (None, False))[0] for t in tables)

@@ -25,6 +25,7 @@ const fa_option_desc fa_option_table[FA_OPT_COUNT] = {
 static fa_optval values[FA_OPT_COUNT];
 static char path_store[FA_OPT_COUNT][FA_PATH_MAX];
 static int invalid_count;
+static int unknown_count; /* FORGEALLOC_* names that are no setting (a misspelling) */
 static int load_state; /* 0 = not loaded, 1 = loading, 2 = loaded */
 /* The table's defaults, parsed once: what other threads read while one
  * thread loads the environment into `values`. */
@@ -43,9 +44,16 @@ static const char *skip_ws(const char *s)
     return s;
 }
 
-/* Decimal number "123" or "1.25": at most 18 integer digits and 9 decimals.
- * Returns the end, or NULL when there is no number. */
-static const char *parse_decimal(const char *s, uint64_t *ip, uint64_t *frac, int *fdigits)
+/* Why a value that reads as a number is refused (*why of the parsers, the
+ * message's phrase in place of the expected kind). */
+static const char too_precise[] = "a value with at most 9 decimals";
+static const char too_short[] =
+    "0 or a duration of at least 1 ms (a shorter one would round to 0, which has its own meaning)";
+
+/* Decimal number "123" or "1.25": at most 18 integer digits and 9 decimals
+ * (zeros past the 9th are fine, other digits are refused: *why).  Returns
+ * the end, or NULL when there is no number. */
+static const char *parse_decimal(const char *s, uint64_t *ip, uint64_t *frac, int *fdigits, const char **why)
 {
     uint64_t v = 0, f = 0;
     int nd = 0, nf = 0;
@@ -60,6 +68,9 @@ static const char *parse_decimal(const char *s, uint64_t *ip, uint64_t *frac, in
             if (nf < 9) {
                 f = f * 10 + (uint64_t)(*s - '0');
                 nf++;
+            } else if (*s != '0') {
+                *why = too_precise;
+                return NULL;
             }
         }
         if (nf == 0 && nd == 0)
@@ -81,11 +92,11 @@ static double decimal_value(uint64_t ip, uint64_t frac, int fdigits)
     return (double)ip + d;
 }
 
-static bool parse_size(const char *text, uint64_t *out)
+static bool parse_size(const char *text, uint64_t *out, const char **why)
 {
     uint64_t ip, frac;
     int nf;
-    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf, why);
     if (!s)
         return false;
     s = skip_ws(s);
@@ -122,11 +133,11 @@ static bool parse_size(const char *text, uint64_t *out)
     return true;
 }
 
-static bool parse_number(const char *text, double min, double max, double *out)
+static bool parse_number(const char *text, double min, double max, double *out, const char **why)
 {
     uint64_t ip, frac;
     int nf;
-    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf, why);
     if (!s || *skip_ws(s))
         return false;
     double d = decimal_value(ip, frac, nf);
@@ -136,11 +147,11 @@ static bool parse_number(const char *text, double min, double max, double *out)
     return true;
 }
 
-static bool parse_seconds(const char *text, double min, double max, uint64_t *ms)
+static bool parse_seconds(const char *text, double min, double max, uint64_t *ms, const char **why)
 {
     uint64_t ip, frac;
     int nf;
-    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf);
+    const char *s = parse_decimal(skip_ws(text), &ip, &frac, &nf, why);
     if (!s)
         return false;
     double d = decimal_value(ip, frac, nf);
@@ -157,6 +168,26 @@ static bool parse_seconds(const char *text, double min, double max, uint64_t *ms
     if (*skip_ws(s) || d < min || d > max)
         return false;
     *ms = (uint64_t)(d * 1000.0 + 0.5);
+    if (*ms == 0 && d > 0) {
+        /* 0 is a mode of its own (at once, only at exit): never by rounding. */
+        *why = too_short;
+        return false;
+    }
+    return true;
+}
+
+/* text without the blanks around it into word (cap bytes), as sizes and
+ * numbers skip them; false when it does not fit. */
+static bool trimmed(const char *text, char *word, size_t cap)
+{
+    text = skip_ws(text);
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+        n--;
+    if (n >= cap)
+        return false;
+    memcpy(word, text, n);
+    word[n] = '\0';
     return true;
 }
 
@@ -212,12 +243,13 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
     fa_optval v = {0};
     v.src = FA_SRC_ENV;
     bool ok = false;
+    const char *why = NULL;
     switch (d->type) {
     case FA_TYPE_SIZE:
     case FA_TYPE_SIZE_POW2:
         *expected = d->type == FA_TYPE_SIZE_POW2 ? "a power of two (use 64M, 256MiB or 1G)"
                                                  : "a size (use 4G, 512MiB or 1048576)";
-        ok = parse_size(text, &v.u) && size_in_range(d, v.u);
+        ok = parse_size(text, &v.u, &why) && size_in_range(d, v.u);
         break;
     case FA_TYPE_SIZE_PCT: {
         *expected = "a size or a percentage (use 4G, 512MiB or 40%)";
@@ -231,31 +263,37 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
                 break;
             memcpy(tmp, t, n - 1);
             tmp[n - 1] = '\0';
-            ok = parse_number(tmp, d->min, d->max, &v.d);
+            ok = parse_number(tmp, d->min, d->max, &v.d, &why);
             v.is_pct = true;
         } else {
-            ok = parse_size(text, &v.u);
+            ok = parse_size(text, &v.u, &why);
         }
         break;
     }
     case FA_TYPE_NUM:
     case FA_TYPE_INT:
         *expected = d->type == FA_TYPE_INT ? "a whole number" : "a number";
-        ok = parse_number(text, d->min, d->max, &v.d) && (d->type == FA_TYPE_NUM || v.d == (double)(uint64_t)v.d);
+        ok = parse_number(text, d->min, d->max, &v.d, &why) && (d->type == FA_TYPE_NUM || v.d == (double)(uint64_t)v.d);
         v.u = (uint64_t)v.d;
+        if (d->type == FA_TYPE_INT)
+            why = NULL; /* "is not a whole number" says it */
         break;
     case FA_TYPE_SECONDS:
         *expected = "a duration (use 30, 1.5s, 500ms or 2m)";
-        ok = parse_seconds(text, d->min, d->max, &v.u);
+        ok = parse_seconds(text, d->min, d->max, &v.u, &why);
         break;
-    case FA_TYPE_BOOL:
+    case FA_TYPE_BOOL: {
         *expected = "a boolean (use 1 or 0, true or false, yes or no, on or off)";
-        ok = parse_bool(text, &v.u);
+        char word[16];
+        ok = trimmed(text, word, sizeof word) && parse_bool(word, &v.u);
         break;
-    case FA_TYPE_ENUM:
+    }
+    case FA_TYPE_ENUM: {
         *expected = d->choices;
-        ok = parse_enum(text, d->choices, &v.u);
+        char word[32];
+        ok = trimmed(text, word, sizeof word) && parse_enum(word, d->choices, &v.u);
         break;
+    }
     case FA_TYPE_PATH:
         *expected = "a path (or - for stderr)";
         ok = text[0] != '\0' && strlen(text) < FA_PATH_MAX;
@@ -264,6 +302,8 @@ bool fa_option_parse(const fa_option_desc *d, const char *text, fa_optval *out, 
     }
     if (ok)
         *out = v;
+    else if (why)
+        *expected = why;
     return ok;
 }
 
@@ -345,7 +385,9 @@ static void percent_range(fa_buf *b, const fa_option_desc *d)
 
 static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expected)
 {
-    if (d->type == FA_TYPE_ENUM) {
+    if (expected == too_precise || expected == too_short) {
+        fa_buf_str(b, expected); /* why the value is refused: no range to add */
+    } else if (d->type == FA_TYPE_ENUM) {
         fa_buf_str(b, "one of ");
         for (const char *c = expected; *c; c++) {
             if (*c == '|')
@@ -423,6 +465,7 @@ int fa_options_load(char *const *envp)
     __atomic_store_n(&loader_tid, gettid(), __ATOMIC_RELAXED);
     __atomic_store_n(&load_state, 1, __ATOMIC_RELEASE);
     invalid_count = 0;
+    unknown_count = 0;
     for (int i = 0; i < FA_OPT_COUNT; i++)
         set_default((enum fa_opt_id)i);
     /* LOG and STRICT first: they decide how the others' problems are told. */
@@ -452,7 +495,12 @@ int fa_options_load(char *const *envp)
             fa_buf b;
             fa_buf_init(&b, m, sizeof m);
             fa_buf_quoted_raw(&b, name, 64);
-            fa_warn("%s is not a forgealloc setting and is ignored; `forgealloc env` lists them all", m);
+            unknown_count++;
+            /* FORGEALLOC_STRICT refuses it as it refuses a bad value. */
+            bool strict = values[FA_OPT_STRICT].u;
+            fa_log(strict ? FA_LOG_ERROR : FA_LOG_WARN,
+                   "%s is not a forgealloc setting%s; `forgealloc env` lists them all", m,
+                   strict ? "" : " and is ignored");
         }
     }
     __atomic_store_n(&load_state, 2, __ATOMIC_RELEASE);
@@ -462,15 +510,19 @@ int fa_options_load(char *const *envp)
 
 int fa_options_invalid_count(void) { return invalid_count; }
 
+int fa_options_unknown_count(void) { return unknown_count; }
+
 const fa_optval *fa_opt(enum fa_opt_id id)
 {
     if (__atomic_load_n(&load_state, __ATOMIC_ACQUIRE) != 2) {
         int expect = 0;
         if (__atomic_compare_exchange_n(&load_state, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            int bad = fa_options_load(environ);
+            int invalid = fa_options_load(environ), bad = invalid + unknown_count;
             if (bad && values[FA_OPT_STRICT].u) {
-                fa_error("FORGEALLOC_STRICT=1 and %d setting%s invalid; refusing to start (fix or unset %s)", bad,
-                         bad == 1 ? " is" : "s are", bad == 1 ? "it" : "them");
+                fa_error("FORGEALLOC_STRICT=1 and %d setting%s %s; refusing to start (fix or unset %s)", bad,
+                         bad == 1 ? " is" : "s are",
+                         !unknown_count ? "invalid" : invalid ? "invalid or unknown" : "unknown",
+                         bad == 1 ? "it" : "them");
                 _exit(2);
             }
         } else if (__atomic_load_n(&loader_tid, __ATOMIC_RELAXED) != gettid()) {

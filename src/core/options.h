@@ -78,6 +78,9 @@ static inline uint64_t fa_opt_u64(enum fa_opt_id id) { return fa_opt(id)->u; }
 int fa_options_load(char *const *envp);
 /* Number of invalid settings seen by the last load. */
 int fa_options_invalid_count(void);
+/* Number of FORGEALLOC_* names the last load found that are no setting
+ * (each told in one line; FORGEALLOC_STRICT refuses them too). */
+int fa_options_unknown_count(void);
 
 /* The effective values, all at once: what a stats snapshot carries. */
 void fa_options_copy(fa_optval out[FA_OPT_COUNT]);

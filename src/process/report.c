@@ -108,7 +108,9 @@ static FILE *start_stdout;
 
 /* FORGEALLOC_STATS_FILE made absolute at start when it is relative: the
  * file goes where the process started, not wherever it is at exit (a
- * program that chdirs, `git -C repo`).  Empty: the setting as it is. */
+ * program that chdirs, `git -C repo`), with each % of that directory
+ * written %% (a directory named 50%pct is no %p).  Empty: the setting as
+ * it is. */
 static char file_abs[4096];
 
 static const char *file_template(void)
@@ -123,14 +125,20 @@ void fa_report_start(void)
     if (!t || t[0] == '/' || strcmp(t, "-") == 0)
         return;
     int saved = errno;
-    size_t n = strlen(t);
-    if (getcwd(file_abs, sizeof file_abs) && strlen(file_abs) + 1 + n < sizeof file_abs) {
-        size_t c = strlen(file_abs);
-        file_abs[c] = '/';
-        memcpy(file_abs + c + 1, t, n + 1);
-    } else {
-        file_abs[0] = '\0'; /* no directory, or too long: the setting as it is */
+    char cwd[sizeof file_abs];
+    fa_buf b;
+    fa_buf_init(&b, file_abs, sizeof file_abs);
+    if (getcwd(cwd, sizeof cwd)) {
+        for (const char *c = cwd; *c; c++) {
+            if (*c == '%')
+                fa_buf_putc(&b, '%');
+            fa_buf_putc(&b, *c);
+        }
+        fa_buf_putc(&b, '/');
+        fa_buf_str(&b, t);
     }
+    if (!b.len || fa_buf_overflowed(&b))
+        file_abs[0] = '\0'; /* no directory, or too long: the setting as it is */
     errno = saved;
 }
 

@@ -64,6 +64,16 @@ def case_compose():
     check(r.stdout.strip() == f"{A.lib}:{libm}", f"another allocator left out: {r.stdout!r}")
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("forgealloc:")]
     check(len(lines) == 1 and "libjemalloc.so.2" in lines[0], f"one warning line naming it: {r.stderr!r}")
+    # An entry is a name, never a wildcard: lib[j]emalloc.so is kept as it is, not expanded to libjemalloc.so (and
+    # left out as another allocator).
+    with tempfile.TemporaryDirectory() as d:
+        for name in ("lib[j]emalloc.so", "libjemalloc.so"):
+            shutil.copy(libm, f"{d}/{name}")
+        r = sh([launcher(), "run", "--stats", "off", "--"] + show_preload(), env(LD_PRELOAD=f"{d}/lib[j]emalloc.so"))
+        check(r.returncode == 0 and r.stdout.strip() == f"{A.lib}:{d}/lib[j]emalloc.so" and r.stderr == "",
+              f"a name with [j]: {r.stdout!r} {r.stderr!r}")
+        r = sh([launcher(), "doctor"], env(LD_PRELOAD=f"{d}/lib[j]emalloc.so"))
+        check(r.returncode == 0 and "another allocator" not in r.stdout, f"doctor, a name with [j]: {r.stdout}")
 
 
 def case_exec_pid():
@@ -94,12 +104,26 @@ def case_stats_routing():
         check(r.stdout.strip() == "0" and r.stderr == "", f"--pool / --stats-file: {r!r}")
         docs = glob.glob(f"{d}/x-*.json")
         check(len(docs) == 1 and json.load(open(docs[0]))["config"]["stats"] == "json", f"json dump: {docs}")
+        # The format in any case and with blanks around it, as the library takes it: the children's files are
+        # named for it.
+        for args, e in ((["--stats", "JSON"], env(FORGEALLOC_STATS_DIR=f"{d}/up")),
+                        ([], env(FORGEALLOC_STATS_DIR=f"{d}/up2", FORGEALLOC_STATS="Json")),
+                        ([], env(FORGEALLOC_STATS_DIR=f"{d}/up3", FORGEALLOC_STATS=" json\t"))):
+            r = sh([launcher(), "run"] + args + ["--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"], e)
+            files = os.listdir(e["FORGEALLOC_STATS_DIR"])
+            check(r.returncode == 0 and json.loads(r.stderr)["config"]["stats"] == "json" and len(files) == 1
+                  and files[0].endswith(".json"), f"{args or e['FORGEALLOC_STATS']}: {files} {r.stderr!r}")
         # A relative --stats-file: a child started in another directory writes beside the command.
         os.mkdir(f"{d}/repo")
         r = sh([launcher(), "run", "--stats", "json", "--stats-file", "y-%p.json", "--",
                 A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='repo')"], cwd=d)
         check(r.returncode == 0 and len(glob.glob(f"{d}/y-*.json")) == 2 and not os.listdir(f"{d}/repo"),
               f"relative --stats-file: {os.listdir(d)} {os.listdir(f'{d}/repo')} {r.stderr!r}")
+        # The same with a relative FORGEALLOC_STATS_FILE from the environment.
+        r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='repo')"],
+               env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="z-%p.json"), cwd=d)
+        check(r.returncode == 0 and len(glob.glob(f"{d}/z-*.json")) == 2 and not os.listdir(f"{d}/repo"),
+              f"relative FORGEALLOC_STATS_FILE: {os.listdir(d)} {os.listdir(f'{d}/repo')} {r.stderr!r}")
 
 
 def case_stats_keep():
@@ -188,14 +212,17 @@ def case_loaded():
         r = sh([launcher(), "run", "--stats", "off", "--", A.python, "-c", "pass"], env(FORGEALLOC_RELEASE_RATE="abc"))
         check(r.stderr.count("FORGEALLOC_RELEASE_RATE") == 1, f"one warning: {r.stderr!r}")
         r = sh([launcher(), "run", "--", "env"], env(LD_PRELOAD=A.lib, FORGEALLOC_LOG="info"))
-        check("FORGEALLOC_LOG=info\n" in r.stdout and "FORGEALLOC_LAUNCHER" not in r.stdout, f"caller's env: {r.stdout!r}")
+        check("FORGEALLOC_LOG=info\n" in r.stdout and "_CALLER_" not in r.stdout, f"caller's env: {r.stdout!r}")
         r = sh([launcher(), "run", "--", "env"], env(LD_PRELOAD=A.lib, FORGEALLOC_STATS=None))
         check("FORGEALLOC_STATS=text\n" in r.stdout and "FORGEALLOC_LOG=" not in r.stdout, f"unset stays unset: {r.stdout!r}")
+        # FORGEALLOC_STRICT=1 refuses unknown FORGEALLOC_* names: the launcher's own shell has none.
+        r = sh([launcher(), "run", "--stats", "off", "--", "echo", "hi"], env(LD_PRELOAD=A.lib, FORGEALLOC_STRICT="1"))
+        check(r.returncode == 0 and r.stdout == "hi\n" and r.stderr == "", f"strict, library loaded: {r!r}")
 
 
 def case_edges():
     """A command named like an option, a library path LD_PRELOAD cannot hold, a relative FORGEALLOC_STATS_DIR, a
-    fallback directory someone else made, a --stats-file that is a device."""
+    fallback directory someone else made, a --stats-file that is a device, a % in a directory's name."""
     with tempfile.TemporaryDirectory() as d:
         os.mkdir(f"{d}/bin")
         with open(f"{d}/bin/-c", "w") as f:
@@ -226,8 +253,29 @@ def case_edges():
             check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 1
                   and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
             check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
+            # The same with TMPDIR relative to the directory run starts in.
+            r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
+                   env(TMPDIR="tmp"), cwd=d)
+            mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+            check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 2,
+                  f"relative TMPDIR, fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
         r = sh([launcher(), "run", "--stats-file", "/dev/null", "--", "true"])
         check(r.returncode == 0 and r.stderr == "", f"--stats-file /dev/null: {r.stderr!r}")
+        # A % in a directory's name stands for itself (50%pct is no %p): FORGEALLOC_STATS_DIR, one relative to
+        # the directory run starts in, $TMPDIR, and a relative --stats-file.
+        pct = f"{d}/50%pct"
+        os.mkdir(pct)
+        child = [A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"]
+        for e, where in ((env(FORGEALLOC_STATS_DIR=f"{pct}/dir"), f"{pct}/dir"),
+                         (env(FORGEALLOC_STATS_DIR="rel"), f"{pct}/rel"),
+                         (env(TMPDIR=pct), f"{pct}/forgealloc-{os.geteuid()}")):
+            r = sh([launcher(), "run", "--"] + child, e, cwd=pct)
+            check(r.returncode == 0 and "cannot write" not in r.stderr and os.path.isdir(where)
+                  and len(os.listdir(where)) == 1, f"stats files in {where}: {os.listdir(pct)} {r.stderr!r}")
+        r = sh([launcher(), "run", "--stats-file", "s-%p.txt", "--"] + child, cwd=pct)
+        check(r.returncode == 0 and "cannot write" not in r.stderr
+              and len([f for f in os.listdir(pct) if f.startswith("s-")]) == 2,
+              f"relative --stats-file in {pct}: {os.listdir(pct)} {r.stderr!r}")
 
 
 # ---- env, doctor, report ---------------------------------------------------------------
@@ -299,12 +347,22 @@ def case_report():
         for name, code in (("a", "x = 1"), ("b", "x = [bytes(100) for _ in range(50000)]")):
             r = sh([launcher(), "run", "--stats", "json", "--stats-file", f"{d}/{name}.json", "--", A.python, "-c",
                     code])
-            check(r.returncode == 0, r.stderr)
+            check(r.returncode == 0 and r.stderr == "", f"the README's example prints nothing: {r.stderr!r}")
         r = sh([launcher(), "report", f"{d}/a.json"])
         check(r.returncode == 0 and re.search(r"^\s+malloc\s+[\d,]+$", r.stdout, re.M), f"one report: {r.stdout}")
         r = sh([launcher(), "report", f"{d}/a.json", f"{d}/b.json"])
         check(r.returncode == 0 and re.search(r"^\s+calloc\s+[\d,]+\s+[\d,]+\s+\+[\d,]+", r.stdout, re.M),
               f"side by side: {r.stdout}")
+        # A device entry holds a string beside its numbers (pool_type): shown as it is.
+        doc = json.load(open(f"{d}/a.json"))
+        doc["device"]["devices"] = [{"device": 0, "pool_type": "pieces", "pool_bytes": 1 << 30, "allocs": 1234}]
+        json.dump(doc, open(f"{d}/gpu.json", "w"))
+        r = sh([launcher(), "report", f"{d}/gpu.json"])
+        check(r.returncode == 0 and re.search(r"^device 0\n\s+pool_type\s+pieces$", r.stdout, re.M)
+              and re.search(r"^\s+pool_bytes\s+1\.0 GiB$", r.stdout, re.M), f"device entry: {r.stdout}{r.stderr}")
+        r = sh([launcher(), "report", f"{d}/a.json", f"{d}/gpu.json"])
+        check(r.returncode == 0 and re.search(r"^\s+pool_type\s+-\s+pieces$", r.stdout, re.M)
+              and re.search(r"^\s+allocs\s+-\s+1,234$", r.stdout, re.M), f"device entry side by side: {r.stdout}{r.stderr}")
         open(f"{d}/bad.json", "w").write("{}")
         r = sh([launcher(), "report", f"{d}/bad.json"])
         check(r.returncode != 0 and "not a forgealloc stats dump" in r.stderr, f"bad file: {r.stderr!r}")

@@ -762,6 +762,14 @@ def case_bad_setting():
     r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATE="abc", FORGEALLOC_STRICT="1"))
     check(r.returncode == 2 and r.stdout == "", f"strict mode should refuse to start: {r!r}")
     check("refusing to start" in r.stderr and "FORGEALLOC_RELEASE_RATE" in r.stderr, f"strict message: {r.stderr!r}")
+    # A misspelt name: ignored with one line, and refused under FORGEALLOC_STRICT=1 as a bad value is.
+    r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATES="2"))
+    check(r.returncode == 0 and r.stdout == "hi\n" and len(r.stderr.splitlines()) == 1
+          and "FORGEALLOC_RELEASE_RATES is not a forgealloc setting and is ignored" in r.stderr, f"misspelt: {r!r}")
+    r = run(["echo", "hi"], env=base_env(FORGEALLOC_RELEASE_RATES="2", FORGEALLOC_STRICT="1"))
+    lines = r.stderr.splitlines()
+    check(r.returncode == 2 and r.stdout == "" and len(lines) == 2 and "FORGEALLOC_RELEASE_RATES is not a forgealloc "
+          "setting;" in lines[0] and "1 setting is unknown; refusing to start" in lines[1], f"strict, misspelt: {r!r}")
 
 
 def case_stats_file():
@@ -782,6 +790,12 @@ def case_stats_file():
                 env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="rel-%p.json"))
         check(r.returncode == 0 and len(glob.glob(f"{d}/rel-*.json")) == 1 and not os.listdir(f"{d}/elsewhere"),
               f"relative stats file: {os.listdir(d)} {os.listdir(f'{d}/elsewhere')} {r.stderr!r}")
+        # A % in the name of that directory stands for itself: 50%pct is no %p.
+        pct = f"{d}/50%pct"
+        os.mkdir(pct)
+        r = run(["/bin/true"], cwd=pct, env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE="rel.json"))
+        check(r.returncode == 0 and r.stderr == "" and os.listdir(pct) == ["rel.json"],
+              f"relative stats file in {pct}: {os.listdir(d)} {os.listdir(pct)} {r.stderr!r}")
 
 
 def case_stats_file_special():

@@ -59,6 +59,7 @@ static void test_sizes(void **state)
         {" 8M ", 8ull << 20},
         {"16 MiB", 16ull << 20},
         {"16777215T", 16777215ull << 40}, /* the largest whole number of TiB below 2^64 */
+        {"1.500000000000G", 3ull << 29},  /* zeros past the 9th decimal */
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         fa_optval v;
@@ -71,7 +72,8 @@ static void test_sizes(void **state)
                      (unsigned long long)good[i].bytes);
     }
     const char *bad[] = {"",      "abc", "12X",  "-1",  "1e9",  "1.5",       "K",        "1KK",   "1 apples",
-                         "1..5M", ".",   "0x10", "1MiBs", "99999999999999999999", "16777216T" /* 2^64 */, "1iB", "1 G B"};
+                         "1..5M", ".",   "0x10", "1MiBs", "99999999999999999999", "16777216T" /* 2^64 */, "1iB", "1 G B",
+                         "1.0000000001G" /* a 10th decimal: it was dropped */};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         parse_bad(FA_OPT_LARGE_ALLOC_REPORT, bad[i]);
 }
@@ -104,7 +106,8 @@ static void test_numbers(void **state)
     assert_true(parse_ok(FA_OPT_RELEASE_RATE, "10").d == 10.0);
     assert_true(parse_ok(FA_OPT_RELEASE_RATE, "2.5").d == 2.5);
     assert_true(parse_ok(FA_OPT_RELEASE_RATE, " 3 ").d == 3.0);
-    const char *bad[] = {"11", "-1", "10.5", "abc", "", "1e1", "5x", "nan", "inf"};
+    assert_true(parse_ok(FA_OPT_RELEASE_RATE, "2.5000000000").d == 2.5);
+    const char *bad[] = {"11", "-1", "10.5", "abc", "", "1e1", "5x", "nan", "inf", "2.0000000001"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         parse_bad(FA_OPT_RELEASE_RATE, bad[i]);
 }
@@ -117,9 +120,34 @@ static void test_seconds(void **state)
     assert_int_equal(parse_ok(FA_OPT_STATS_INTERVAL, "500ms").u, 500);
     assert_int_equal(parse_ok(FA_OPT_STATS_INTERVAL, "2m").u, 120000);
     assert_int_equal(parse_ok(FA_OPT_STATS_INTERVAL, "0").u, 0);
-    const char *bad[] = {"-1", "1h", "86401", "2000m", "abc", "", "5 sec"};
+    assert_int_equal(parse_ok(FA_OPT_STATS_INTERVAL, "0ms").u, 0);
+    assert_int_equal(parse_ok(FA_OPT_STATS_INTERVAL, "0.5ms").u, 1);
+    assert_int_equal(parse_ok(FA_OPT_STATS_INTERVAL, "0.001").u, 1);
+    assert_int_equal(parse_ok(FA_OPT_RELEASE_DELAY, "1.5000000000s").u, 1500);
+    /* Not 0, yet below 1 ms: it would round to 0, which is another mode
+     * (only at exit, at once).  More than 9 decimals are not kept. */
+    const char *bad[] = {"-1", "1h", "86401", "2000m", "abc", "", "5 sec", "0.4ms", "0.0004", "0.0001s",
+                         "1.0000000001", "0.0000000001"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         parse_bad(FA_OPT_STATS_INTERVAL, bad[i]);
+    parse_bad(FA_OPT_RELEASE_DELAY, "0.4ms");
+
+    char out[2048];
+    char *env[] = {"FORGEALLOC_RELEASE_DELAY=0.4ms", "FORGEALLOC_STATS_INTERVAL=0.0004",
+                   "FORGEALLOC_RELEASE_RATE=2.0000000001", NULL};
+    fa_capture_stderr_begin();
+    assert_int_equal(fa_options_load(env), 3);
+    fa_capture_stderr_end(out, sizeof out);
+    assert_int_equal(fa_count_lines(out), 3);
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_RELEASE_DELAY='0.4ms' is not 0 or a duration of at least 1 ms "
+                                "(a shorter one would round to 0, which has its own meaning); using 2s\n"));
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATS_INTERVAL='0.0004' is not 0 or a duration of at least "
+                                "1 ms (a shorter one would round to 0, which has its own meaning); using 0s\n"));
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_RELEASE_RATE='2.0000000001' is not a value with at most 9 "
+                                "decimals; using 0\n"));
+    assert_int_equal(fa_opt_u64(FA_OPT_RELEASE_DELAY), 2000);
+    char *none[] = {NULL};
+    fa_options_load(none);
 }
 
 static void test_bool_enum_path(void **state)
@@ -134,6 +162,13 @@ static void test_bool_enum_path(void **state)
     parse_bad(FA_OPT_STRICT, "2");
     parse_bad(FA_OPT_STRICT, "maybe");
     parse_bad(FA_OPT_STRICT, "");
+    parse_bad(FA_OPT_STRICT, "  ");
+    /* Blanks around a boolean or a choice are skipped, as around a size. */
+    assert_int_equal(parse_ok(FA_OPT_STATS_ON_SIGNAL, " 0 ").u, 0);
+    assert_int_equal(parse_ok(FA_OPT_STATS_ON_SIGNAL, "\tyes").u, 1);
+    assert_int_equal(parse_ok(FA_OPT_STATS, "json ").u, FA_STATS_JSON);
+    assert_int_equal(parse_ok(FA_OPT_LOG, " \tinfo\t ").u, FA_LOG_INFO);
+    parse_bad(FA_OPT_STATS, "js on");
 
     assert_int_equal(parse_ok(FA_OPT_STATS, "off").u, FA_STATS_OFF);
     assert_int_equal(parse_ok(FA_OPT_STATS, "text").u, FA_STATS_TEXT);
@@ -148,6 +183,7 @@ static void test_bool_enum_path(void **state)
 
     assert_string_equal(parse_ok(FA_OPT_STATS_FILE, "/tmp/x-%p.json").s, "/tmp/x-%p.json");
     assert_string_equal(parse_ok(FA_OPT_STATS_FILE, "-").s, "-");
+    assert_string_equal(parse_ok(FA_OPT_STATS_FILE, " s.json ").s, " s.json "); /* a path is taken as it is */
     parse_bad(FA_OPT_STATS_FILE, "");
 }
 
@@ -205,7 +241,8 @@ static void test_load_and_messages(void **state)
                                 "(use 30, 1.5s, 500ms or 2m); using 2s\n"));
     assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATS='xml\\x01\\xff' is not one of off, text, json, "
                                 "prometheus; using off\n"));
-    assert_non_null(strstr(out, "FORGEALLOC_STATZ is not a forgealloc setting"));
+    assert_non_null(strstr(out, "forgealloc: FORGEALLOC_STATZ is not a forgealloc setting and is ignored; "));
+    assert_int_equal(fa_options_unknown_count(), 1); /* FORGEALLOC_STRICT refuses it too */
     assert_true(fa_opt(FA_OPT_RELEASE_RATE)->d == 0.0);
     assert_int_equal(fa_opt(FA_OPT_RELEASE_RATE)->src, FA_SRC_INVALID);
     assert_int_equal(fa_opt_u64(FA_OPT_STATS), FA_STATS_OFF);
@@ -235,8 +272,18 @@ static void test_load_and_messages(void **state)
     assert_true(strlen(out) < 400);
     assert_non_null(strstr(out, "...' is not a number"));
 
+    /* Under FORGEALLOC_STRICT=1 a misspelt name is an error, not ignored. */
+    char *env_strict[] = {"FORGEALLOC_STRICT=1", "FORGEALLOC_LOG=error", "FORGEALLOC_STAT=json", NULL};
+    fa_capture_stderr_begin();
+    assert_int_equal(fa_options_load(env_strict), 0);
+    fa_capture_stderr_end(out, sizeof out);
+    assert_int_equal(fa_options_unknown_count(), 1);
+    assert_string_equal(out, "forgealloc: FORGEALLOC_STAT is not a forgealloc setting; `forgealloc env` lists them "
+                             "all\n");
+
     char *env_none[] = {NULL};
     assert_int_equal(fa_options_load(env_none), 0);
+    assert_int_equal(fa_options_unknown_count(), 0);
 }
 
 static void test_rendering(void **state)
