@@ -822,6 +822,24 @@ def case_warn_once():
     check(kids["warn"][0] == 0 and len(got) == 2, f"a child with FORGEALLOC_LOG=warn under a quiet parent: {got}")
 
 
+def case_warn_once_served():
+    """The preload order's line (tcmalloc ahead of forgealloc) is printed once in a tree; a child started with
+    another LD_PRELOAD text prints its own."""
+    calls = [prog("p_calls"), "calls", "10"]
+    tc = system_lib("libtcmalloc_minimal.so.4")
+    check(tc, "libtcmalloc_minimal.so.4 not found")
+    lines, kids = tree([["sh", ["sh", "-c", "true"], {}], ["c", calls, {}],
+                        ["grandchild", ["sh", "-c", " ".join(calls) + "; true"], {}],
+                        ["other", calls, {"LD_PRELOAD": f"{tc}:{ARGS.lib}"}]],
+                       preload=False, LD_PRELOAD=f"{tc} {ARGS.lib}")
+    check(len(lines) == 1 and lines[0].startswith("forgealloc: malloc is served by "), f"tcmalloc first: {lines}")
+    loud = {name: kids[name] for name in ("sh", "c", "grandchild") if kids[name] != [0, ""]}
+    check(not loud, f"tcmalloc first: children printed the line again: {loud}")
+    got = kids["other"][1].splitlines()
+    check(kids["other"][0] == 0 and len(got) == 1 and "malloc is served by " in got[0],
+          f"tcmalloc first, a child with another LD_PRELOAD: {kids['other']}")
+
+
 def case_stats_file():
     with tempfile.TemporaryDirectory() as d:
         r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s-%p.json"))
