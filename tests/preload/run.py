@@ -821,6 +821,15 @@ def case_warn_once():
     got = kids["warn"][1].splitlines()
     check(kids["warn"][0] == 0 and len(got) == 2, f"a child with FORGEALLOC_LOG=warn under a quiet parent: {got}")
 
+    # Periodic dumps asked for with the dump on stderr: the line that says they are off, once.
+    needs = "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE"
+    lines, kids = tree([["c", calls, {}], ["other", calls, {"FORGEALLOC_STATS_INTERVAL": "2"}]],
+                       FORGEALLOC_STATS="json", FORGEALLOC_STATS_INTERVAL="1")
+    check(sum(needs in line for line in lines) == 1, f"the parent's lines: {lines}")
+    check(kids["c"][0] == 0 and needs not in kids["c"][1], f"a child printed it again: {kids['c']}")
+    check(kids["other"][0] == 0 and kids["other"][1].count(needs) == 1,
+          f"a child with its own interval: {kids['other']}")
+
 
 def case_warn_once_served():
     """The preload order's line (tcmalloc ahead of forgealloc) is printed once in a tree; a child started with
