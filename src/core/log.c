@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "parent.h"
 #include "sys.h"
 
 /* How long a write may wait for a reader that does not read (a full pipe
@@ -216,5 +217,16 @@ void fa_log_into(char *storage, enum fa_log_level level, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     vlog(storage, level, fmt, ap);
+    va_end(ap);
+}
+
+void fa_warn_tree(char *const *envp, const char *const *names, size_t n, const char *fmt, ...)
+{
+    if (!fa_log_enabled(FA_LOG_WARN) || fa_parent_started_alike(envp, names, n))
+        return;
+    char storage[FA_LOG_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(storage, FA_LOG_WARN, fmt, ap);
     va_end(ap);
 }

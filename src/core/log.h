@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "options.h"
 
@@ -50,6 +51,15 @@ long fa_read_file(const char *path, char *buf, size_t cap);
  * than 4 KiB is skipped whole; a last line without a newline counts.  fn
  * returns false to stop.  False if the file cannot be opened. */
 bool fa_read_lines(const char *path, bool (*fn)(char *line, void *arg), void *arg);
+
+/* fa_warn for a line at start that only the environment decides (a bad
+ * setting, the preload order): the first process of a tree prints it, and
+ * a process whose parent has the library loaded and started with the same
+ * first entry for each of `names` (and FORGEALLOC_LOG) in its environment
+ * keeps quiet (parent.h): the line was printed there already, or asked
+ * not to be.  envp is what this process read the names from. */
+void fa_warn_tree(char *const *envp, const char *const *names, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #define fa_error(...) fa_log(FA_LOG_ERROR, __VA_ARGS__)
 #define fa_warn(...) fa_log(FA_LOG_WARN, __VA_ARGS__)

@@ -409,7 +409,7 @@ static void expected_phrase(fa_buf *b, const fa_option_desc *d, const char *expe
     }
 }
 
-static void apply(enum fa_opt_id id, const char *text)
+static void apply(char *const *envp, enum fa_opt_id id, const char *text)
 {
     const fa_option_desc *d = &fa_option_table[id];
     const char *expected = "";
@@ -433,8 +433,12 @@ static void apply(enum fa_opt_id id, const char *text)
     fa_buf_quoted_raw(&b, text, 64);
     fa_buf_str(&b, text[0] ? "' is not " : "' is empty; expected ");
     expected_phrase(&b, d, expected);
-    bool strict = values[FA_OPT_STRICT].u;
-    fa_log(strict ? FA_LOG_ERROR : FA_LOG_WARN, "%s; %s %s", m, strict ? "default would be" : "using", defbuf);
+    /* Refusing to start is told in every process; a warning only by the
+     * first process of a tree started with this value. */
+    if (values[FA_OPT_STRICT].u)
+        fa_error("%s; default would be %s", m, defbuf);
+    else
+        fa_warn_tree(envp, &d->name, 1, "%s; using %s", m, defbuf);
 }
 
 static int find_option(const char *entry, size_t namelen)
@@ -473,14 +477,14 @@ int fa_options_load(char *const *envp)
     for (size_t k = 0; k < sizeof first / sizeof first[0]; k++) {
         const char *t = lookup(envp, first[k]);
         if (t)
-            apply(first[k], t);
+            apply(envp, first[k], t);
     }
     for (int i = 0; i < FA_OPT_COUNT; i++) {
         if (i == FA_OPT_LOG || i == FA_OPT_STRICT || fa_option_table[i].scope != FA_SCOPE_LIB)
             continue;
         const char *t = lookup(envp, (enum fa_opt_id)i);
         if (t)
-            apply((enum fa_opt_id)i, t);
+            apply(envp, (enum fa_opt_id)i, t);
     }
     for (char *const *e = envp; e && *e; e++) {
         if (strncmp(*e, "FORGEALLOC_", 11) != 0)
@@ -496,11 +500,15 @@ int fa_options_load(char *const *envp)
             fa_buf_init(&b, m, sizeof m);
             fa_buf_quoted_raw(&b, name, 64);
             unknown_count++;
-            /* FORGEALLOC_STRICT refuses it as it refuses a bad value. */
-            bool strict = values[FA_OPT_STRICT].u;
-            fa_log(strict ? FA_LOG_ERROR : FA_LOG_WARN,
-                   "%s is not a forgealloc setting%s; `forgealloc env` lists them all", m,
-                   strict ? "" : " and is ignored");
+            /* FORGEALLOC_STRICT refuses it as it refuses a bad value, in
+             * every process; else the first process of a tree tells. */
+            if (values[FA_OPT_STRICT].u) {
+                fa_log(FA_LOG_ERROR, "%s is not a forgealloc setting; `forgealloc env` lists them all", m);
+            } else {
+                const char *entry = *e; /* its name ends at '=' */
+                fa_warn_tree(envp, &entry, 1,
+                             "%s is not a forgealloc setting and is ignored; `forgealloc env` lists them all", m);
+            }
         }
     }
     __atomic_store_n(&load_state, 2, __ATOMIC_RELEASE);

@@ -16,6 +16,12 @@
 #include "../core/fmt.h"
 #include "../core/log.h"
 
+extern char **environ;
+
+/* The preload order is LD_PRELOAD's: a child started with the same one
+ * under a parent that printed the line keeps quiet (fa_warn_tree). */
+static const char *const preload_names[] = {"LD_PRELOAD"};
+
 static enum fa_malloc_server server = FA_SERVER_SELF;
 static char served_path[1024];
 
@@ -123,10 +129,11 @@ void fa_host_served_check(void)
     const char *name = base_name(found);
     if (tc_known && found_base == tc_base) {
         __atomic_store_n(&server, FA_SERVER_SAME_TCMALLOC, __ATOMIC_RELEASE);
-        fa_warn("malloc is served by %s, which comes before libforgealloc.so in the preload order: forgealloc "
-                "counts no call (the tcmalloc numbers it reports are the process's); put libforgealloc.so first "
-                "in LD_PRELOAD or remove %s from it (forgealloc run does both)",
-                found, name);
+        fa_warn_tree(environ, preload_names, 1,
+                     "malloc is served by %s, which comes before libforgealloc.so in the preload order: forgealloc "
+                     "counts no call (the tcmalloc numbers it reports are the process's); put libforgealloc.so "
+                     "first in LD_PRELOAD or remove %s from it (forgealloc run does both)",
+                     found, name);
         return;
     }
     __atomic_store_n(&server, FA_SERVER_OTHER, __ATOMIC_RELEASE);
@@ -137,10 +144,11 @@ void fa_host_served_check(void)
                 "serves nothing; preload it instead: LD_PRELOAD=%s (or forgealloc run)",
                 found, ours);
     else
-        fa_warn("malloc is served by %s, which comes before libforgealloc.so in the preload order: forgealloc "
-                "counts nothing and returns no memory; put libforgealloc.so first in LD_PRELOAD or remove %s "
-                "from it (forgealloc run does both)",
-                found, name);
+        fa_warn_tree(environ, preload_names, 1,
+                     "malloc is served by %s, which comes before libforgealloc.so in the preload order: forgealloc "
+                     "counts nothing and returns no memory; put libforgealloc.so first in LD_PRELOAD or remove %s "
+                     "from it (forgealloc run does both)",
+                     found, name);
 }
 
 enum fa_malloc_server fa_host_malloc_server(void) { return __atomic_load_n(&server, __ATOMIC_ACQUIRE); }

@@ -37,6 +37,8 @@
 #include "../host/tcwatch.h"
 #include "report.h"
 
+extern char **environ;
+
 enum { IDLE, STARTING, RUNNING, UNAVAILABLE };
 static int state;
 static unsigned word;    /* futex: bumped by every wake */
@@ -219,7 +221,9 @@ static void want_interval(void)
         return;
     const char *path = fa_opt(FA_OPT_STATS_FILE)->s;
     if (!path || strcmp(path, "-") == 0) {
-        fa_warn("FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE set to a path; periodic dumps are off");
+        static const char *const names[] = {"FORGEALLOC_STATS_INTERVAL", "FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE"};
+        fa_warn_tree(environ, names, 3, "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE set to a path; "
+                                        "periodic dumps are off");
         return;
     }
     interval_ms = ms;

@@ -772,6 +772,108 @@ def case_bad_setting():
           "setting;" in lines[0] and "1 setting is unknown; refusing to start" in lines[1], f"strict, misspelt: {r!r}")
 
 
+# A Python parent under the shim that runs children with captured stderr:
+# argv[1] is JSON [[name, cmd, {VAR: value, or None to unset}], ...]; prints
+# {name: [status, stderr]}.
+TREE = """
+import json, os, subprocess, sys
+out = {}
+for name, cmd, changes in json.loads(sys.argv[1]):
+    env = dict(os.environ)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
+    out[name] = [r.returncode, r.stderr]
+print(json.dumps(out))
+"""
+
+
+def tree(children, preload=True, **env):
+    """The parent's stderr lines and each child's [status, stderr]."""
+    r = run([ARGS.python, "-c", TREE, json.dumps(children)], preload=preload, env=base_env(**env))
+    check(r.returncode == 0, f"tree parent exited {r.returncode}: {r.stderr[-2000:]}")
+    return r.stderr.splitlines(), json.loads(r.stdout)
+
+
+def case_warn_once():
+    """A start-time line that only the environment decides (a bad setting, an unknown FORGEALLOC_* name, the
+    preload order) is printed by the first process of a tree: a child whose parent has the library and started
+    with the same values prints nothing, not even into its captured stderr; one whose values differ prints its
+    own; FORGEALLOC_STRICT refuses in every process."""
+    calls = [prog("p_calls"), "calls", "10"]
+    early = ("p_early: constructor\n" "p_early: main\n")
+    children = [
+        ["sh", ["sh", "-c", "true"], {}],
+        ["c", calls, {}],
+        ["early", [prog("p_early")], {"P_EARLY_QUIET": "1"}],
+        # sh forks p_calls: the grandchild's parent is the child, loaded and alike.
+        ["grandchild", ["sh", "-c", " ".join(calls) + "; true"], {}],
+        # The child's own value differs: it says so.
+        ["changed", calls, {"FORGEALLOC_RELEASE_DELAY": "7sec"}],
+        ["added", calls, {"FORGEALLOC_STATS": "jsn"}],
+        # A parent between them without the library: the grandchild prints its lines.
+        ["unloaded", ["env", "-u", "LD_PRELOAD", "sh", "-c", f"LD_PRELOAD={ARGS.lib} {' '.join(calls)}; true"], {}],
+        ["strict", calls, {"FORGEALLOC_STRICT": "1"}],
+    ]
+    if shutil.which("git"):
+        children.append(["git", ["git", "--version"], {}])
+    bad = dict(FORGEALLOC_RELEASE_DELAY="5sec", FORGEALLOC_BOGUS="1")
+    lines, kids = tree(children, **bad)
+    check(len(lines) == 2 and "FORGEALLOC_RELEASE_DELAY='5sec'" in lines[0]
+          and "FORGEALLOC_BOGUS is not a forgealloc setting" in lines[1], f"the parent's lines: {lines}")
+    want = {"sh": [0, ""], "c": [0, ""], "grandchild": [0, ""], "git": [0, ""], "early": [0, early]}
+    loud = {name: kids[name] for name in want if name in kids and kids[name] != want[name]}
+    check(not loud, f"children of a parent that printed the lines printed again: {loud}")
+    got = kids["changed"][1].splitlines()
+    check(kids["changed"][0] == 0 and len(got) == 1 and "FORGEALLOC_RELEASE_DELAY='7sec'" in got[0],
+          f"a child with its own value of the setting: {kids['changed']}")
+    got = kids["added"][1].splitlines()
+    check(kids["added"][0] == 0 and len(got) == 1 and "FORGEALLOC_STATS='jsn'" in got[0],
+          f"a child with a bad setting its parent did not start with: {kids['added']}")
+    got = kids["unloaded"][1].splitlines()
+    check(kids["unloaded"][0] == 0 and len(got) == 2 and "'5sec'" in got[0] and "BOGUS" in got[1],
+          f"a grandchild whose parent has no forgealloc: {kids['unloaded']}")
+    got = kids["strict"][1]
+    check(kids["strict"][0] == 2 and "refusing to start" in got and "FORGEALLOC_RELEASE_DELAY='5sec'" in got,
+          f"FORGEALLOC_STRICT=1 in a child: {kids['strict']}")
+
+    # A parent that printed nothing (FORGEALLOC_LOG=error): a child that asks for warnings gets them.
+    lines, kids = tree([["c", calls, {}], ["warn", calls, {"FORGEALLOC_LOG": "warn"}]], FORGEALLOC_LOG="error", **bad)
+    check(lines == [] and kids["c"] == [0, ""], f"FORGEALLOC_LOG=error: {lines} {kids['c']}")
+    got = kids["warn"][1].splitlines()
+    check(kids["warn"][0] == 0 and len(got) == 2, f"a child with FORGEALLOC_LOG=warn under a quiet parent: {got}")
+
+    # Periodic dumps asked for with the dump on stderr: the line that says they are off, once.
+    needs = "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE"
+    lines, kids = tree([["c", calls, {}], ["other", calls, {"FORGEALLOC_STATS_INTERVAL": "2"}]],
+                       FORGEALLOC_STATS="json", FORGEALLOC_STATS_INTERVAL="1")
+    check(sum(needs in line for line in lines) == 1, f"the parent's lines: {lines}")
+    check(kids["c"][0] == 0 and needs not in kids["c"][1], f"a child printed it again: {kids['c']}")
+    check(kids["other"][0] == 0 and kids["other"][1].count(needs) == 1,
+          f"a child with its own interval: {kids['other']}")
+
+
+def case_warn_once_served():
+    """The preload order's line (tcmalloc ahead of forgealloc) is printed once in a tree; a child started with
+    another LD_PRELOAD text prints its own."""
+    calls = [prog("p_calls"), "calls", "10"]
+    tc = system_lib("libtcmalloc_minimal.so.4")
+    check(tc, "libtcmalloc_minimal.so.4 not found")
+    lines, kids = tree([["sh", ["sh", "-c", "true"], {}], ["c", calls, {}],
+                        ["grandchild", ["sh", "-c", " ".join(calls) + "; true"], {}],
+                        ["other", calls, {"LD_PRELOAD": f"{tc}:{ARGS.lib}"}]],
+                       preload=False, LD_PRELOAD=f"{tc} {ARGS.lib}")
+    check(len(lines) == 1 and lines[0].startswith("forgealloc: malloc is served by "), f"tcmalloc first: {lines}")
+    loud = {name: kids[name] for name in ("sh", "c", "grandchild") if kids[name] != [0, ""]}
+    check(not loud, f"tcmalloc first: children printed the line again: {loud}")
+    got = kids["other"][1].splitlines()
+    check(kids["other"][0] == 0 and len(got) == 1 and "malloc is served by " in got[0],
+          f"tcmalloc first, a child with another LD_PRELOAD: {kids['other']}")
+
+
 def case_stats_file():
     with tempfile.TemporaryDirectory() as d:
         r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s-%p.json"))
