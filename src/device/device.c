@@ -809,11 +809,19 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
     return true;
 }
 
+/* The thread's device, when its pool is ready and no capture forbids the
+ * pool's driver calls; -1 otherwise. */
+static int pool_device(const fa_cudart *rt)
+{
+    int dev = capturing() ? -1 : current_device(rt);
+    return dev >= 0 && state_of(&devs[dev]) == READY ? dev : -1;
+}
+
 void fa_device_capture_before_begun(void)
 {
     const fa_cudart *rt = fa_cudart_get();
-    int dev = capturing() ? -1 : current_device(rt);
-    if (dev >= 0 && state_of(&devs[dev]) == READY)
+    int dev = pool_device(rt);
+    if (dev >= 0)
         sync_device(rt, &devs[dev], dev); /* none when nothing waits; leaves no error */
 }
 
@@ -920,8 +928,8 @@ fa_device_room fa_device_room_begin(void)
 bool fa_device_room_make(fa_device_room *room)
 {
     const fa_cudart *rt = fa_cudart_get();
-    int dev = capturing() ? -1 : current_device(rt);
-    if (dev < 0 || state_of(&devs[dev]) != READY)
+    int dev = pool_device(rt);
+    if (dev < 0)
         return false;
     devstate *d = &devs[dev];
     bool more = give_back(rt, d, dev);

@@ -290,12 +290,17 @@ static bool tc_cache_load(uint64_t out[FA_TC_COUNT], uint64_t *when)
     return false;
 }
 
-static __attribute__((noinline)) void tc_cache_refresh(void)
+static void tc_cache_update(void)
 {
-    fa_release_nudge();
     uint64_t v[FA_TC_COUNT];
     tc_read(v);
     tc_cache_store(v);
+}
+
+static __attribute__((noinline)) void tc_cache_refresh(void)
+{
+    fa_release_nudge();
+    tc_cache_update();
 }
 
 /* size 0: unsized; align 0: default alignment.  A sized delete must get
@@ -791,9 +796,7 @@ void fa_host_fork_child(void)
             tc_cache[i].seq = 0;
     tc_cache_busy = 0;
     fa_release_fork_child();
-    uint64_t v[FA_TC_COUNT];
-    tc_read(v);
-    tc_cache_store(v);
+    tc_cache_update();
     clock_gettime(CLOCK_MONOTONIC, &start_time);
     report_tokens_ms = 0;
     reports_suppressed = 0;

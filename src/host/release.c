@@ -531,32 +531,30 @@ void fa_release_advise_huge(void *p, size_t n)
     }
 }
 
-size_t fa_release_all(void)
+/* Everything free back at once, counted under `why`.  One release at a
+ * time: each counts what tcmalloc unmapped while it ran, so two at once
+ * would both count the same bytes.  wait: wait for a tick under way (at
+ * most one pass of its own release); else leave the heap to it. */
+static size_t release_everything(enum fa_release_reason why, bool wait)
 {
     int saved = errno;
-    /* One release at a time: each counts what tcmalloc unmapped while it
-     * ran, so two at once would both count the same bytes.  A tick under
-     * way (at most one pass of its own release) is waited for. */
-    while (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+    while (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) {
+        if (!wait) {
+            errno = saved;
+            return 0;
+        }
         sched_yield();
-    size_t got = release_and_count(SIZE_MAX, FA_REL_request);
+    }
+    size_t got = release_and_count(SIZE_MAX, why);
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
     return got;
 }
 
-void fa_release_before_fork(void)
-{
-    int saved = errno;
-    if (!__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) { /* else a caller is deciding: it goes on */
-        if (fa_tc_prop("tcmalloc.pageheap_free_bytes") > STEP)
-            release_and_count(SIZE_MAX, FA_REL_fork);
-        __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
-    }
-    errno = saved;
-}
+size_t fa_release_all(void) { return release_everything(FA_REL_request, true); }
+
+void fa_release_before_fork(void) { release_everything(FA_REL_fork, false); }
 
 void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])
 {
