@@ -570,6 +570,18 @@ def case_system_preload():
         check(served(r.stdout).get("forgealloc") == "loaded", f"forgealloc run with the system preload: {r.stdout!r}")
         r = in_chroot(root, [launcher(), "system-preload", "--remove"], base)
         check(r.returncode == 0 and not os.path.exists(os.path.join(root, "etc", "ld.so.preload")), f"--remove: {r!r}")
+        # Entries already in the file are kept as written: a name with a wildcard is not matched against files.
+        for name in ("libwild-a.so", "libwild-b.so"):
+            open(os.path.join(root, "tmp", name), "w").close()
+        with open(os.path.join(root, "etc", "ld.so.preload"), "w") as f:
+            f.write("/tmp/libwild-*.so\n")
+        r = in_chroot(root, [launcher(), "system-preload"], base)
+        registered = open(os.path.join(root, "etc", "ld.so.preload")).read().split()
+        check(r.returncode == 0 and registered == [A.lib, "/tmp/libwild-*.so"], f"an entry with a wildcard: {registered}")
+        r = in_chroot(root, [launcher(), "system-preload", "--remove"], base)
+        registered = open(os.path.join(root, "etc", "ld.so.preload")).read().split()
+        check(r.returncode == 0 and registered == ["/tmp/libwild-*.so"], f"--remove, wildcard entry: {registered}")
+        os.unlink(os.path.join(root, "etc", "ld.so.preload"))
 
         # Not a container (no /.dockerenv or hints): refused with one line, nothing written.
         os.unlink(os.path.join(root, ".dockerenv"))
