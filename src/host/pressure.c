@@ -12,6 +12,11 @@
 
 #define DIR_MAX 1024
 
+/* Where the process's cgroups and mounts are read from. */
+static struct {
+    const char *cgroup, *mountinfo;
+} sources = {"/proc/self/cgroup", "/proc/self/mountinfo"};
+
 /* The memory cgroup found at first use: 0 not looked, 1 found, 2 none. */
 static int state;
 static bool is_v1;
@@ -120,6 +125,26 @@ static const char *cgroup_path(const char *proc_cgroup, bool v1, size_t *len)
     return NULL;
 }
 
+/* A mountinfo field into out, its octal escapes (\040 for a blank, \011,
+ * \012, \134) decoded; the length, or cap when it does not fit. */
+static size_t unescape(const char *s, size_t len, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 3 < len && s[i + 1] >= '0' && s[i + 1] <= '3' &&
+            s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
+            c = (char)((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+            i += 3;
+        }
+        if (n + 1 >= cap)
+            return cap;
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return n;
+}
+
 bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *line, char *out, size_t cap, bool *v1,
                             size_t *mlen)
 {
@@ -155,15 +180,18 @@ bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *line, char *out
     if (!path)
         return false;
     /* The mount shows the hierarchy from ROOT down: strip it from PATH. */
-    if (!(rlen == 1 && root[0] == '/')) {
-        if (plen < rlen || strncmp(path, root, rlen) != 0 || (plen > rlen && path[rlen] != '/'))
+    rlen = unescape(root, rlen, out, cap);
+    if (rlen >= cap)
+        return false;
+    if (!(rlen == 1 && out[0] == '/')) {
+        if (plen < rlen || strncmp(path, out, rlen) != 0 || (plen > rlen && path[rlen] != '/'))
             return false;
         path += rlen;
         plen -= rlen;
     }
-    if (mplen + plen + 1 > cap)
+    mplen = unescape(mp, mplen, out, cap);
+    if (mplen >= cap || mplen + plen + 1 > cap)
         return false;
-    memcpy(out, mp, mplen);
     memcpy(out + mplen, path, plen);
     out[mplen + plen] = '\0';
     while (mplen + plen > mplen && out[mplen + plen - 1] == '/')
@@ -171,6 +199,17 @@ bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *line, char *out
     *v1 = is1;
     *mlen = mplen;
     return true;
+}
+
+/* The length of the parent of the cgroup directory d[0, len) (a mount
+ * point of mount_len bytes is the top). */
+static size_t parent_len(const char *d, size_t len, size_t top)
+{
+    while (len > top && d[len - 1] != '/')
+        len--;
+    if (len > top)
+        len--; /* drop the '/' */
+    return len;
 }
 
 struct cgroup_search {
@@ -187,11 +226,20 @@ static bool try_mount(char *line, void *arg)
     size_t ml;
     if (!fa_pressure_cgroup_dir(c->proc_cgroup, line, cand, sizeof scratch.cand, &v1, &ml))
         return true;
-    size_t cl = strlen(cand);
-    memcpy(probe, cand, cl);
-    strcpy(probe + cl, v1 ? "/memory.limit_in_bytes" : "/memory.max");
-    if (fa_read_file(probe, tmp, sizeof tmp) <= 0)
-        return true;
+    /* v1 puts the limit file in every cgroup of the memory hierarchy.  v2
+     * only where the parent enables the controller: a leaf without it still
+     * counts against its ancestors' limits.  No file at any level: the
+     * memory controller is elsewhere (a v1 hierarchy beside this one). */
+    size_t cl = strlen(cand), len = cl;
+    for (;;) {
+        memcpy(probe, cand, len);
+        strcpy(probe + len, v1 ? "/memory.limit_in_bytes" : "/memory.max");
+        if (fa_read_file(probe, tmp, sizeof tmp) > 0)
+            break;
+        if (v1 || len <= ml)
+            return true;
+        len = parent_len(cand, len, ml);
+    }
     memcpy(dir, cand, cl + 1);
     is_v1 = v1;
     mount_len = ml;
@@ -205,8 +253,8 @@ static void find_cgroup(void)
 {
     char *cg = scratch.text;
     struct cgroup_search c = {.proc_cgroup = cg};
-    if (fa_read_file("/proc/self/cgroup", cg, sizeof scratch.text) > 0)
-        fa_read_lines("/proc/self/mountinfo", try_mount, &c);
+    if (fa_read_file(sources.cgroup, cg, sizeof scratch.text) > 0)
+        fa_read_lines(sources.mountinfo, try_mount, &c);
     if (state != 1)
         state = 2;
 }
@@ -303,10 +351,7 @@ static void read_limits(void)
         }
         if (len <= mount_len)
             break;
-        while (len > mount_len && dir[len - 1] != '/')
-            len--;
-        if (len > mount_len)
-            len--; /* drop the '/' */
+        len = parent_len(dir, len, mount_len);
     }
 }
 
@@ -347,4 +392,11 @@ void fa_pressure_reset(void)
     lock = 0;
     limited_levels = 0;
     limits_read_ms = 0;
+}
+
+void fa_pressure_use_sources(const char *proc_cgroup_path, const char *mountinfo_path)
+{
+    sources.cgroup = proc_cgroup_path;
+    sources.mountinfo = mountinfo_path;
+    fa_pressure_reset();
 }

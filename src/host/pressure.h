@@ -30,6 +30,10 @@ void fa_pressure_reset(void);
 bool fa_pressure_cgroup_dir(const char *proc_cgroup, const char *mountinfo_line, char *dir, size_t cap, bool *v1,
                             size_t *mount_len);
 
+/* Read the process's cgroups and mounts from these files instead of
+ * /proc/self/cgroup and /proc/self/mountinfo; forgets the cgroup found. */
+void fa_pressure_use_sources(const char *proc_cgroup_path, const char *mountinfo_path);
+
 /* A limit file's value: "max" (v2) and v1's "no limit" (above 2^62) read as
  * UINT64_MAX.  False if it is not a number. */
 bool fa_pressure_parse_limit(const char *text, uint64_t *out);

@@ -5,7 +5,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -157,8 +161,82 @@ static void test_cgroup_dirs(void **state)
                                        "50 25 0:35 /docker /mnt/mem rw - cgroup cgroup rw,memory", dir, sizeof dir,
                                        &v1, &ml));
     assert_string_equal(dir, "/mnt/mem/c0ffee");
+    /* Mount points and roots with blanks are escaped in mountinfo. */
+    assert_true(fa_pressure_cgroup_dir("0::/my\\x/app\n",
+                                       "30 23 0:26 / /srv/cg\\040root\\134x rw - cgroup2 cgroup2 rw", dir,
+                                       sizeof dir, &v1, &ml));
+    assert_string_equal(dir, "/srv/cg root\\x/my\\x/app");
+    assert_int_equal(ml, strlen("/srv/cg root\\x"));
+    assert_true(fa_pressure_cgroup_dir("4:memory:/a b/c\n",
+                                       "50 25 0:35 /a\\040b /mnt/mem rw - cgroup cgroup rw,memory", dir, sizeof dir,
+                                       &v1, &ml));
+    assert_string_equal(dir, "/mnt/mem/c");
     /* Not a cgroup mount at all. */
     assert_false(fa_pressure_cgroup_dir(v2cg, "22 1 8:1 / / rw - ext4 /dev/vda rw", dir, sizeof dir, &v1, &ml));
+}
+
+static void put(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A v2 cgroup whose parent does not enable the memory controller for it has
+ * no memory.max of its own, yet its ancestors' limits bind it.  And a v2
+ * hierarchy without the memory controller anywhere (a hybrid system's
+ * unified mount) is passed over for the v1 memory hierarchy.  On a made-up
+ * tree whose mount point has a blank in it. */
+static void test_cgroup_leaf_without_limit(void **state)
+{
+    (void)state;
+    char top[] = "/tmp/fa-cgroup-XXXXXX", d[256], mi[256], cg[256], line[1024];
+    assert_non_null(mkdtemp(top));
+    snprintf(d, sizeof d, "%s/cg 2", top);
+    assert_int_equal(mkdir(d, 0755), 0);
+    snprintf(d, sizeof d, "%s/cg 2/slice", top);
+    assert_int_equal(mkdir(d, 0755), 0);
+    put(d, "memory.max", "1048576\n");
+    put(d, "memory.current", "262144\n");
+    put(d, "memory.stat", "anon 262144\ninactive_file 0\n");
+    snprintf(d, sizeof d, "%s/cg 2/slice/app", top);
+    assert_int_equal(mkdir(d, 0755), 0); /* no memory.* files */
+    snprintf(cg, sizeof cg, "%s/cgroup", top);
+    snprintf(mi, sizeof mi, "%s/mountinfo", top);
+    put(top, "cgroup", "0::/slice/app\n");
+    snprintf(line, sizeof line, "22 1 8:1 / / rw - ext4 /dev/vda rw\n30 23 0:26 / %s/cg\\0402 rw - cgroup2 cgroup2 rw\n",
+             top);
+    put(top, "mountinfo", line);
+
+    fa_pressure_use_sources(cg, mi);
+    bool limited = false;
+    assert_int_equal(fa_pressure_headroom(&limited), 1048576 - 262144);
+    assert_true(limited);
+
+    /* The controller nowhere in the v2 tree: the v1 memory hierarchy is it. */
+    snprintf(d, sizeof d, "%s/cg 2/slice/memory.max", top);
+    assert_int_equal(unlink(d), 0);
+    snprintf(d, sizeof d, "%s/v1", top);
+    assert_int_equal(mkdir(d, 0755), 0);
+    put(d, "memory.limit_in_bytes", "2097152\n");
+    put(d, "memory.usage_in_bytes", "1048576\n");
+    put(d, "memory.stat", "total_inactive_file 0\n");
+    put(top, "cgroup", "4:memory:/\n0::/slice/app\n");
+    snprintf(line, sizeof line,
+             "30 23 0:26 / %s/cg\\0402 rw - cgroup2 cgroup2 rw\n35 31 0:32 / %s/v1 rw - cgroup cgroup rw,memory\n", top,
+             top);
+    put(top, "mountinfo", line);
+    fa_pressure_use_sources(cg, mi);
+    assert_int_equal(fa_pressure_headroom(&limited), 1048576);
+    assert_true(limited);
+
+    fa_pressure_use_sources("/proc/self/cgroup", "/proc/self/mountinfo");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    assert_int_equal(system(cmd), 0);
 }
 
 int main(void)
@@ -167,7 +245,7 @@ int main(void)
         cmocka_unit_test(test_nothing_idle_at_start), cmocka_unit_test(test_idle_after_unload),
         cmocka_unit_test(test_churn_keeps_what_it_uses), cmocka_unit_test(test_demand_falls),
         cmocka_unit_test(test_released_not_counted_twice), cmocka_unit_test(test_parse_limits),
-        cmocka_unit_test(test_cgroup_dirs),
+        cmocka_unit_test(test_cgroup_dirs), cmocka_unit_test(test_cgroup_leaf_without_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
