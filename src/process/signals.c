@@ -20,6 +20,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "report.h"
@@ -72,7 +73,19 @@ struct watched {
 };
 static struct watched table[NWATCHED];
 static unsigned long watched_bits; /* bit sig set: the signal is watched (set once at start) */
-static int table_lock;
+
+/* The process the table belongs to, and the table's lock.  They live in a
+ * page the kernel zeroes in the child of any fork (MADV_WIPEONFORK), also
+ * one that runs no fork handlers (_Fork, a raw fork or clone): such a child
+ * finds no owner and takes the table over (borrowed).  A vfork child shares
+ * the page, so it still finds the parent's.  Where the page cannot be had,
+ * the static copy serves, and only a fork with handlers hands the table on. */
+struct ownership {
+    pid_t owner;
+    int table_lock;
+};
+static struct ownership fallback;
+static struct ownership *ownership = &fallback;
 
 static struct watched *find(int sig)
 {
@@ -93,26 +106,32 @@ static void lock(sigset_t *old)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, old);
-    while (__atomic_exchange_n(&table_lock, 1, __ATOMIC_ACQUIRE))
+    while (__atomic_exchange_n(&ownership->table_lock, 1, __ATOMIC_ACQUIRE))
         sched_yield();
 }
 
 static void unlock(const sigset_t *old)
 {
-    __atomic_store_n(&table_lock, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&ownership->table_lock, 0, __ATOMIC_RELEASE);
     pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
 static bool is_handler(sighandler_t h) { return h != SIG_DFL && h != SIG_IGN; }
 
-/* The process the table belongs to.  A vfork child (posix_spawn, CPython's
- * subprocess) runs in our memory until it execs: it must not write the
- * table, which would change what the parent's queries return, nor dump
- * with the parent's buffers.  Its settings go to the kernel as they are. */
-static pid_t owner;
+static void fork_child(void);
+
+/* Whether the table belongs to another process.  A vfork child (posix_spawn,
+ * CPython's subprocess) runs in our memory until it execs: it must not
+ * write the table, which would change what the parent's queries return,
+ * nor dump with the parent's buffers.  Its settings go to the kernel as
+ * they are.  A forked child that found the owner wiped takes it over. */
 static bool borrowed(void)
 {
-    pid_t o = __atomic_load_n(&owner, __ATOMIC_RELAXED);
+    pid_t o = __atomic_load_n(&ownership->owner, __ATOMIC_RELAXED);
+    if (!o && __atomic_load_n(&watched_bits, __ATOMIC_RELAXED)) {
+        fork_child();
+        return false;
+    }
     return o && getpid() != o;
 }
 
@@ -293,8 +312,8 @@ static void on_oneshot_info(int sig, siginfo_t *info, void *ctx) { deliver_onesh
  * only a lock another thread held at the fork must be let go. */
 static void fork_child(void)
 {
-    table_lock = 0;
-    __atomic_store_n(&owner, getpid(), __ATOMIC_RELAXED);
+    ownership->table_lock = 0;
+    __atomic_store_n(&ownership->owner, getpid(), __ATOMIC_RELAXED);
     if (pid1) { /* a child of PID 1 dies of SIG_DFL signals: it dumps first */
         pid1 = false;
         for (size_t i = 0; i < NWATCHED; i++)
@@ -311,7 +330,14 @@ void fa_signals_start(void)
         real((enum fa_signal_call)c); /* now, not later inside a handler */
     if (!real(FA_SIGCALL_SIGACTION))
         return; /* no libc sigaction to forward to: leave the signals alone */
-    __atomic_store_n(&owner, getpid(), __ATOMIC_RELAXED);
+    void *page = mmap(NULL, sizeof *ownership, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page != MAP_FAILED) {
+        if (madvise(page, sizeof *ownership, MADV_WIPEONFORK) == 0)
+            ownership = page;
+        else
+            munmap(page, sizeof *ownership);
+    }
+    __atomic_store_n(&ownership->owner, getpid(), __ATOMIC_RELAXED);
     pid1 = getpid() == 1;
     sigset_t old;
     lock(&old);

@@ -9,6 +9,9 @@
  *                         while SIGINT keeps arriving; then SIGTERM kills
  *   p_signal fork         a child inherits the dispositions; after exec,
  *                         handlers are SIG_DFL and SIG_IGN stays
+ *   p_signal _Fork | rawfork  the same for a child of _Fork or of the raw
+ *                         fork system call, which run no fork handlers;
+ *                         its own settings, then SIGTERM kills it
  *   p_signal vfork-oneshot  a SA_RESETHAND handler runs in a vfork child;
  *                         the parent's stays set
  *   p_signal pid1         as PID 1 of a pid namespace: SIG_DFL signals are
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -267,6 +271,31 @@ static int fork_exec(const char *self)
 }
 
 /* Wait for child pid and print how it ended. */
+static void print_end(const char *who, pid_t pid);
+
+/* A child made without fork handlers (glibc's _Fork, or the system call
+ * itself, as some runtimes do) owns its dispositions as a forked one does. */
+static int fork_without_handlers(int raw)
+{
+    learn_restorer();
+    signal(SIGINT, h1);
+    signal(SIGTERM, SIG_IGN);
+    pid_t pid = raw ? (pid_t)syscall(SYS_fork) : _Fork();
+    if (pid == 0) {
+        query("child SIGINT", SIGINT);
+        signal(SIGINT, SIG_IGN);
+        query("child SIGINT after SIG_IGN", SIGINT);
+        signal(SIGTERM, SIG_DFL);
+        query("child SIGTERM after SIG_DFL", SIGTERM);
+        raise(SIGTERM);
+        _exit(3);
+    }
+    print_end("child", pid);
+    query("parent SIGINT", SIGINT);
+    query("parent SIGTERM", SIGTERM);
+    return 0;
+}
+
 static void print_end(const char *who, pid_t pid)
 {
     int status;
@@ -397,12 +426,14 @@ int main(int argc, char **argv)
         return fork_exec(argv[0]);
     if (strcmp(mode, "after-exec") == 0)
         return after_exec();
+    if (strcmp(mode, "_Fork") == 0 || strcmp(mode, "rawfork") == 0)
+        return fork_without_handlers(mode[0] == 'r');
     if (strcmp(mode, "vfork") == 0)
         return vfork_child();
     if (strcmp(mode, "pid1") == 0)
         return pid1();
     if (strcmp(mode, "vfork-oneshot") == 0)
         return vfork_oneshot();
-    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|vfork|vfork-oneshot|pid1\n");
+    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|_Fork|rawfork|vfork|vfork-oneshot|pid1\n");
     return 2;
 }
