@@ -108,10 +108,11 @@ void fa_stderr_note(void)
 }
 
 /* fd 2 is stderr still: the file it was at the start, or one the program
- * redirected it to on purpose (not a regular file, or one opened for
+ * redirected it to on purpose (a terminal or pipe, or a file opened for
  * appending, as a log is).  A program that closed fd 2 and opened a file
- * of its own (which then got fd 2) must not find our lines in its data,
- * nor one that started without stderr. */
+ * or a socket of its own (which then got fd 2: a daemon's accepted client)
+ * must not find our lines in its data, nor one that started without
+ * stderr. */
 static bool stderr_usable(void)
 {
     int saved = errno;
@@ -120,9 +121,13 @@ static bool stderr_usable(void)
     int state = __atomic_load_n(&err_state, __ATOMIC_ACQUIRE);
     if (ok && state == 2)
         ok = false;
-    else if (ok && state == 1 && (st.st_dev != err_dev || st.st_ino != err_ino) && S_ISREG(st.st_mode)) {
-        int fl = fcntl(2, F_GETFL);
-        ok = fl >= 0 && (fl & O_APPEND) && (fl & O_ACCMODE) == O_WRONLY;
+    else if (ok && state == 1 && (st.st_dev != err_dev || st.st_ino != err_ino)) {
+        if (S_ISSOCK(st.st_mode)) {
+            ok = false;
+        } else if (S_ISREG(st.st_mode)) {
+            int fl = fcntl(2, F_GETFL);
+            ok = fl >= 0 && (fl & O_APPEND) && (fl & O_ACCMODE) == O_WRONLY;
+        }
     }
     errno = saved;
     return ok;

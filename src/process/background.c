@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -220,6 +221,8 @@ static void want_interval(void)
     if (ms == 0 || fa_opt_u64(FA_OPT_STATS) == FA_STATS_OFF)
         return;
     const char *path = fa_opt(FA_OPT_STATS_FILE)->s;
+    if (getauxval(AT_SECURE))
+        return; /* setuid/setgid: no file paths from the environment, and stderr is not for periodic dumps */
     if (!path || strcmp(path, "-") == 0) {
         static const char *const names[] = {"FORGEALLOC_STATS_INTERVAL", "FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE"};
         fa_warn_tree(environ, names, 3, "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE set to a path; "

@@ -43,8 +43,10 @@ void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
     s->pid = (int)getpid();
     s->ppid = (int)getppid();
     s->forked = forked;
+    int saved = errno; /* readlink fails where /proc is missing (a chroot, a sandbox) */
     ssize_t n = readlink("/proc/self/exe", s->exe, sizeof s->exe - 1);
     s->exe[n > 0 ? n : 0] = '\0';
+    errno = saved;
     fa_options_copy(s->settings);
     fa_host_fill(s);
     fa_device_fill(s);

@@ -55,12 +55,16 @@
  *   p_release inherit S  256 MB freed, fork: the child makes one small
  *                      allocation and sleeps S seconds (no other call):
  *                      "child rss_start_mb N rss_end_mb N"
+ *   p_release apierrno  forgealloc_stats_json, forgealloc_stat,
+ *                      forgealloc_stats_write and malloc_stats with errno
+ *                      set before: "errno kept N of 4"
  *   p_release intro    mallinfo/mallinfo2, malloc_trim, mallopt,
  *                      malloc_stats, malloc_info; exit 0 when they answer
  *                      for the real allocator */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -525,9 +529,34 @@ int main(int argc, char **argv)
         waitpid(pid, &status, 0);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     }
+    if (strcmp(mode, "apierrno") == 0) {
+        size_t (*json)(char *, size_t) = (size_t(*)(char *, size_t))dlsym(RTLD_DEFAULT, "forgealloc_stats_json");
+        int (*write_to)(int, const char *) = (int (*)(int, const char *))dlsym(RTLD_DEFAULT, "forgealloc_stats_write");
+        int (*stat)(const char *, uint64_t *) = (int (*)(const char *, uint64_t *))dlsym(RTLD_DEFAULT, "forgealloc_stat");
+        if (!json || !write_to || !stat)
+            return 2;
+        static char doc[1 << 16];
+        uint64_t v;
+        int kept = 0;
+        errno = 1234;
+        json(doc, sizeof doc);
+        kept += errno == 1234;
+        errno = 1234;
+        stat("host.calls.malloc", &v);
+        kept += errno == 1234;
+        int null = open("/dev/null", O_WRONLY);
+        errno = 1234;
+        write_to(null, "json");
+        kept += errno == 1234;
+        errno = 1234;
+        malloc_stats();
+        kept += errno == 1234;
+        printf("errno kept %d of 4\n", kept);
+        return 0;
+    }
     if (strcmp(mode, "intro") == 0)
         return intro() ? 1 : 0;
     fprintf(stderr, "usage: p_release burst|fork|calls|hold|need|realloc|forkrel|threads|retire|churn16|prompt|"
-                    "churn|tlsjoin|errno|twice|inherit|intro (see the comment at the top)\n");
+                    "churn|tlsjoin|errno|twice|inherit|apierrno|intro (see the comment at the top)\n");
     return 2;
 }

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -694,6 +695,22 @@ def case_introspection():
     check(re.search(r"forgealloc [0-9.]+: pid \d+ \(.*p_release\)", r.stderr), f"malloc_stats printed: {r.stderr!r}")
 
 
+def case_api_errno():
+    """The stats calls leave errno as it was, also where /proc cannot be read (a chroot or a sandbox without it:
+    here /proc hidden under an empty tmpfs in a mount namespace of its own)."""
+    r = run([prog("p_release"), "apierrno"], env=base_env(FORGEALLOC_STATS="off"))
+    check(r.returncode == 0 and r.stdout.strip() == "errno kept 4 of 4", f"errno: {r.stdout!r} {r.stderr[-300:]!r}")
+    probe = run(["unshare", "--mount", "true"], preload=False)
+    if probe.returncode != 0:
+        print("cannot make a mount namespace here (needs root) - /proc case skipped")
+        return
+    r = run(["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+             'mount -t tmpfs none /proc && exec "$@"', "sh", prog("p_release"), "apierrno"],
+            env=base_env(FORGEALLOC_STATS="off"))
+    check(r.returncode == 0 and r.stdout.strip() == "errno kept 4 of 4",
+          f"errno without /proc: {r.stdout!r} {r.stderr[-300:]!r}")
+
+
 def case_early_malloc_stats():
     """malloc_stats from a library constructor that runs before forgealloc's: the report is printed then too."""
     r = run([prog("p_early")], env=base_env())
@@ -997,7 +1014,7 @@ def case_stats_file_edges():
 
 def case_stderr_not_ours():
     """Lines and dumps nobody called for never kill the program (stderr a pipe nobody reads any more) and never
-    land in a file the program opened as fd 2 after closing stderr; a log the program sent stderr to on purpose
+    land in a file or socket the program opened as fd 2 after closing stderr; a log the program sent stderr to on purpose
     (opened for appending) gets them."""
     for cmd, env in ((["/bin/true"], dict(FORGEALLOC_STATS="text")),
                      ([ARGS.python, "-c", "bytearray(2 << 20)"], dict(FORGEALLOC_LARGE_ALLOC_REPORT="1M"))):
@@ -1022,6 +1039,28 @@ def case_stderr_not_ours():
         with open(data) as f:
             text = f.read()
         check(r.returncode == 0 and text == "DATA\nMORE\n", f"started without stderr: {r.returncode} {text[:300]!r}")
+        # A daemon's client socket that got fd 2 after stderr was closed.
+        path = f"{d}/sock"
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(1)
+        client = ("import os, socket\nos.close(2)\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+                  "assert s.fileno() == 2\ns.connect({!r})\ns.sendall(b'DATA\\n')\nx = bytearray(2 << 20)\n"
+                  "s.sendall(b'MORE\\n')\n").format(path)
+        p = subprocess.Popen([ARGS.python, "-c", client], env=base_env(LD_PRELOAD=ARGS.lib, **env),
+                             stdout=subprocess.PIPE)
+        server.settimeout(60)
+        conn, _ = server.accept()
+        got = b""
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        conn.close()
+        server.close()
+        p.wait(timeout=60)
+        check(p.returncode == 0 and got == b"DATA\nMORE\n", f"fd 2 reopened as a socket: {p.returncode} {got[:300]!r}")
         redirect = ("import os\nfd = os.open({!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)\nos.dup2(fd, 2)\n"
                     "x = bytearray(2 << 20)\n").format(log)
         r = run([ARGS.python, "-c", redirect], env=env)
@@ -1762,7 +1801,8 @@ def case_secure():
         exe = os.path.join(d, "p_secure")
         shutil.copy(prog("p_secure"), exe)
         os.chmod(exe, 0o755)
-        env = base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s-%p.json")
+        # Periodic dumps asked for: a secure process makes none (they would go to its stderr).
+        env = base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/s-%p.json", FORGEALLOC_STATS_INTERVAL="0.1")
         # Control: without the setuid bit the file is written.
         r = run(nobody + [exe], preload=False, env=env)
         check(r.returncode == 0 and len(dumps(d)) == 1, f"control run: {r.returncode} {os.listdir(d)} {r.stderr}")
@@ -1773,8 +1813,9 @@ def case_secure():
         r = run(nobody + [exe], preload=False, env=env)
         check(r.returncode == 0, f"setuid run failed: {r.stderr}")
         check(not [f for f in os.listdir(d) if f.endswith(".json")], f"a secure process wrote {os.listdir(d)}")
-        doc = json.loads(r.stderr)
-        check(doc["pid"] > 0 and doc["host"]["calls"]["malloc"] >= 100, "the dump went to stderr instead")
+        doc = json.loads(r.stderr)  # one document: the exit dump, no periodic ones
+        check(doc["pid"] > 0 and doc["host"]["calls"]["malloc"] >= 100 and doc["reason"] == "exit",
+              "the dump went to stderr instead")
     finally:
         shutil.rmtree(d)
 
