@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../core/log.h"
+#include "../core/parent.h"
 #include "../device/device.h"
 #include "../host/host.h"
 #include "../stats/file.h"
@@ -201,6 +202,24 @@ static const char *shorten(const char *path, char out[SHOWN_PATH + 4])
     return out;
 }
 
+/* A failure that the settings alone decide (a missing or read-only
+ * directory, a name too long), where the parent process started with the
+ * same ones: the parent says it, or said it, once for the tree (a forked
+ * worker pool, a shell's commands), when it writes that file too.  A full disk or a quota may hit one
+ * process and not its parent: said by each. */
+static bool same_failure_in_parent(int err)
+{
+    static const char *const names[] = {"FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE"};
+    if ((uint64_t)getppid() == fa_opt_u64(FA_OPT_STATS_MAIN_PID))
+        return false; /* the launcher's command: its own dump goes to stderr, it never tries the file */
+    switch (err) {
+    case ENOENT: case ENOTDIR: case EACCES: case EPERM: case EROFS: case ENAMETOOLONG: case ELOOP: case EISDIR:
+        return fa_parent_started_alike(environ, names, sizeof names / sizeof names[0]);
+    default:
+        return false;
+    }
+}
+
 void fa_report_configured(const char *reason, bool in_signal)
 {
     enum fa_stats_format fmt = (enum fa_stats_format)fa_opt_u64(FA_OPT_STATS);
@@ -244,6 +263,8 @@ void fa_report_configured(const char *reason, bool in_signal)
             fa_file_prune(tmpl, path, (unsigned)fa_opt_u64(FA_OPT_STATS_KEEP), file);
         if (err && !warned_write) {
             warned_write = true;
+            if (same_failure_in_parent(err))
+                goto done;
             char eb[32], shown[SHOWN_PATH + 4];
             /* The line is built in buf: the rendering is not needed any more. */
             fa_log_into(buf, FA_LOG_WARN,
@@ -251,6 +272,7 @@ void fa_report_configured(const char *reason, bool in_signal)
                         shorten(expanded ? path : tmpl, shown), fa_errno_text(err, eb, sizeof eb));
         }
     }
+done:
     if (!in_signal)
         unlock_main();
 }

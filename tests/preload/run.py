@@ -903,6 +903,12 @@ def case_stats_file():
         lines = r.stderr.splitlines()
         check(len(lines) == 1 and "cannot write stats" in lines[0] and "FORGEALLOC_STATS_FILE" in lines[0],
               f"unwritable path: {r.stderr!r}")
+        # The same path in forked workers and a shell's commands: one line for the tree, from its first process.
+        tree = ("import os, subprocess, sys\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
+                "        sys.exit(0)\n    os.waitpid(pid, 0)\nsubprocess.run(['/bin/sh', '-c', 'true; true'])\n")
+        r = run([ARGS.python, "-c", tree], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=bad + "-%p"))
+        lines = r.stderr.splitlines()
+        check(r.returncode == 0 and len(lines) == 1 and "cannot write stats" in lines[0], f"a tree: {r.stderr!r}")
         # A relative path is taken from where the process started, not where it is at exit.
         os.mkdir(f"{d}/elsewhere")
         r = run([ARGS.python, "-c", "import os; os.chdir('elsewhere')"], cwd=d,
