@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -382,8 +383,19 @@ int fa_file_write_atomic(const char *path, const char *data, size_t len, fa_file
      * directory; without one (no /proc) nothing is provably ours. */
     char tag[17];
     bool ours = fa_file_ns_tag(tag);
-    fa_buf_printf(&b, "%s.tmp-%s-%d-%u", path, ours ? tag : "untagged", (int)getpid(),
+    char suffix[64];
+    fa_buf sb;
+    fa_buf_init(&sb, suffix, sizeof suffix);
+    fa_buf_printf(&sb, ".tmp-%s-%d-%u", ours ? tag : "untagged", (int)getpid(),
                   __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+    /* A name near the file system's limit (255 bytes) keeps only as much
+     * of itself in the temporary's name as leaves room for the suffix. */
+    const char *slash = strrchr(path, '/');
+    size_t base = strlen(slash ? slash + 1 : path), keep = strlen(path);
+    if (base + sb.len > NAME_MAX)
+        keep -= base + sb.len - NAME_MAX < base ? base + sb.len - NAME_MAX : base;
+    fa_buf_mem(&b, path, keep);
+    fa_buf_mem(&b, suffix, sb.len);
     if (fa_buf_overflowed(&b))
         return ENAMETOOLONG;
     /* Published before the temporary exists, its first byte last: a

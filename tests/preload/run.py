@@ -903,6 +903,13 @@ def case_stats_file():
         lines = r.stderr.splitlines()
         check(len(lines) == 1 and "cannot write stats" in lines[0] and "FORGEALLOC_STATS_FILE" in lines[0],
               f"unwritable path: {r.stderr!r}")
+        # A name near the file system's limit (255 bytes) is written, though the temporary's suffix would pass it.
+        for n in (230, 255):
+            long = f"{d}/{'a' * n}"
+            r = run(["/bin/true"], env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=long))
+            check(r.returncode == 0 and r.stderr == "" and os.path.exists(long), f"a {n}-byte name: {r.stderr!r}")
+            check(len(os.listdir(d)) == 2, f"a {n}-byte name left: {os.listdir(d)}")
+            os.unlink(long)
         # The same path in forked workers and a shell's commands: one line for the tree, from its first process.
         tree = ("import os, subprocess, sys\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
                 "        sys.exit(0)\n    os.waitpid(pid, 0)\nsubprocess.run(['/bin/sh', '-c', 'true; true'])\n")
