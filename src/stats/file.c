@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -265,21 +266,28 @@ void fa_file_prune(const char *tmpl, const char *path, unsigned keep, fa_file_sc
     int fd = open(scratch->work, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return;
-    size_t others = prune_scan(fd, tmpl, own, scratch, 0);
+    /* One process prunes at a time: processes that end together (a worker
+     * pool) would each remove the whole excess.  One that finds another at
+     * it leaves the work to it.  Each round counts again, so what others
+     * removed meanwhile is not removed twice. */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(fd);
+        return;
+    }
     size_t target = keep - keep / 10; /* own file included */
+    size_t others = prune_scan(fd, tmpl, own, scratch, 0);
     if (others + 1 > keep && target > 0) {
-        size_t excess = others + 1 - target;
-        for (int round = 0; round < 16 && excess > 0; round++) {
-            size_t picked = prune_scan(fd, tmpl, own, scratch, excess);
+        for (int round = 0; round < 16 && others + 1 > target; round++) {
+            size_t picked = prune_scan(fd, tmpl, own, scratch, others + 1 - target);
             size_t gone = 0;
             for (size_t i = 0; i < picked; i++)
                 gone += unlinkat(fd, scratch->oldest[i].name, 0) == 0;
             if (gone == 0)
                 break;
-            excess = gone >= excess ? 0 : excess - gone;
+            others = prune_scan(fd, tmpl, own, scratch, 0);
         }
     }
-    close(fd);
+    close(fd); /* and the lock with it */
 }
 
 /* Write data to fd (opened O_NONBLOCK) and close it: a FIFO's reader that

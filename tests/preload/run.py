@@ -974,6 +974,24 @@ def case_stats_file_special():
             print("not root: the device case (mknod) was not run")
 
 
+def case_stats_keep_together():
+    """Processes that end together (a worker pool) prune a full directory once between them: with 1000 dumps
+    there and FORGEALLOC_STATS_KEEP=1000, eight processes ending at once leave at least the 900 that one prune
+    keeps (each removed the whole excess: about 700 were left)."""
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(1000):
+            path = os.path.join(d, "oldhost-%013d-%d.txt" % (1600000000000 + i, 10000 + i))
+            with open(path, "w") as f:
+                f.write("forgealloc 0.1.0: pid %d (/bin/true), exit after 0.000 s\n" % i)
+            os.utime(path, (1600000000 + i, 1600000000 + i))
+        env = base_env(LD_PRELOAD=ARGS.lib, FORGEALLOC_STATS="text", FORGEALLOC_STATS_KEEP="1000",
+                       FORGEALLOC_STATS_FILE=f"{d}/%h-%t-%p.txt")
+        procs = [subprocess.Popen(["/bin/sleep", "0.3"], env=env) for _ in range(8)]
+        check(all(p.wait(timeout=60) == 0 for p in procs), "a sleep failed")
+        left = len(os.listdir(d))
+        check(900 <= left <= 908, f"{left} files left (1000 and 8 new, pruned to 900 once)")
+
+
 def case_stats_file_edges():
     """A FIFO whose reader stops reading or goes away costs at most a second at exit, never the exit status
     (SIGPIPE); a link of our own to a missing file creates it, as >> would; a replaced file keeps its
