@@ -18,6 +18,7 @@ Run as a script it is the Python side of the ``forgealloc`` command:
 """
 import ctypes
 import json
+import signal
 import sys
 
 __all__ = ["available", "version", "stats", "stat", "release", "options", "ForgeallocUnavailable"]
@@ -122,13 +123,19 @@ def _human(n):
         n /= 1024
 
 
+def _shown(v):
+    """Text from a dump as a terminal may show it: control characters (an escape sequence in a program's path)
+    written as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(v))
+
+
 def _cell(v, is_bytes):
     """One value as the table shows it: numbers grouped, bytes readable, anything else (a device's
     "pool_type": "pieces") as it is."""
     if v is None:
         return "-"
     if not isinstance(v, (int, float)):
-        return str(v)
+        return _shown(v)
     if is_bytes:
         return _human(v)
     return f"{v:,.3f}".rstrip("0").rstrip(".") if isinstance(v, float) else f"{v:,}"
@@ -170,9 +177,10 @@ def _report(paths):
             return 2
         docs.append(doc)
     for p, d in zip(paths, docs):
-        print(f"{p}: {d.get('exe')} pid {d.get('pid')} ({d.get('reason')}), forgealloc {d.get('version')}")
+        print(f"{p}: {_shown(d.get('exe'))} pid {d.get('pid')} ({_shown(d.get('reason'))}), "
+              f"forgealloc {_shown(d.get('version'))}")
         if d.get("host", {}).get("interposed") is False:
-            print(f"  malloc served by {d['host'].get('served_by')}, not forgealloc: its calls are not counted")
+            print(f"  malloc served by {_shown(d['host'].get('served_by'))}, not forgealloc: its calls are not counted")
     tables = [{(s, n): (v, b) for s, n, v, b in _rows(d)} for d in docs]
     keys = [(s, n) for s, n, _, _ in _rows(docs[0])]
     for extra in tables[1:]:
@@ -202,6 +210,7 @@ def main(argv):
             return 2
         return _env(len(argv) == 2 and argv[1] == "--markdown")
     if len(argv) in (2, 3) and argv[0] == "report":
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the report quietly, as it ends other tools
         return _report(argv[1:])
     print("usage: forgealloc.py env [--markdown] | report FILE.json [OTHER.json]", file=sys.stderr)
     return 2

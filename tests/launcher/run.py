@@ -363,6 +363,15 @@ def case_report():
         r = sh([launcher(), "report", f"{d}/a.json", f"{d}/gpu.json"])
         check(r.returncode == 0 and re.search(r"^\s+pool_type\s+-\s+pieces$", r.stdout, re.M)
               and re.search(r"^\s+allocs\s+-\s+1,234$", r.stdout, re.M), f"device entry side by side: {r.stdout}{r.stderr}")
+        # A program's path with control characters in it: escaped, never sent to the terminal as they are.
+        doc["exe"] = "/tmp/x\x1b[2J\x1b]0;title\x07\nmore"
+        json.dump(doc, open(f"{d}/esc.json", "w"))
+        r = sh([launcher(), "report", f"{d}/esc.json"])
+        check(r.returncode == 0 and "\x1b" not in r.stdout and "/tmp/x\\x1b[2J\\x1b]0;title\\x07\\nmore pid" in r.stdout,
+              f"control characters: {r.stdout[:300]!r}")
+        # Read by a reader that stops early (`| head`; here one gone before the first line): ends quietly.
+        r = sh(["/bin/bash", "-c", '"$@" | true', "sh", launcher(), "report", f"{d}/a.json", f"{d}/b.json"])
+        check(r.stderr == "", f"report | true: {r.stderr[-300:]!r}")
         open(f"{d}/bad.json", "w").write("{}")
         r = sh([launcher(), "report", f"{d}/bad.json"])
         check(r.returncode != 0 and "not a forgealloc stats dump" in r.stderr, f"bad file: {r.stderr!r}")
