@@ -64,8 +64,26 @@ __attribute__((constructor)) static void fa_start(void)
     }
 }
 
+/* exit() called from a signal handler (common in C programs, though exit
+ * is not async-signal-safe) may have interrupted this very thread inside
+ * tcmalloc or a report, holding their locks.  A handler runs with its
+ * signal blocked, so a blocked signal at exit says it may: the dump is then
+ * made as in a signal handler (tcmalloc's numbers from the last copy, their
+ * age shown).  Programs that simply exit have nothing blocked (bash, dash,
+ * CPython, git, gcc); a handler set with SA_NODEFER is not seen. */
+static bool maybe_in_handler(void)
+{
+    sigset_t cur;
+    return pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && !sigisemptyset(&cur);
+}
+
 __attribute__((destructor)) static void fa_stop(void)
 {
     fa_background_stop();
-    fa_report_configured("exit", false);
+    if (!maybe_in_handler()) {
+        fa_report_configured("exit", false);
+    } else if (fa_report_signal_enter()) {
+        fa_report_configured("exit", true);
+        fa_report_signal_leave();
+    }
 }

@@ -12,6 +12,9 @@
  *   p_signal _Fork | rawfork  the same for a child of _Fork or of the raw
  *                         fork system call, which run no fork handlers;
  *                         its own settings, then SIGTERM kills it
+ *   p_signal exit-in-handler USEC  a timer's handler calls exit(3) after
+ *                         USEC microseconds, wherever it finds the main
+ *                         loop of large mallocs and frees
  *   p_signal vfork-oneshot  a SA_RESETHAND handler runs in a vfork child;
  *                         the parent's stays set
  *   p_signal pid1         as PID 1 of a pid namespace: SIG_DFL signals are
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,6 +277,25 @@ static int fork_exec(const char *self)
 /* Wait for child pid and print how it ended. */
 static void print_end(const char *who, pid_t pid);
 
+static void exit_now(int sig) { (void)sig, exit(3); }
+
+/* Not async-signal-safe, but common in C programs: the exit dump must not
+ * wait for a tcmalloc lock that the interrupted malloc or free holds. */
+static __attribute__((noreturn)) int exit_in_handler(long usec)
+{
+    signal(SIGALRM, exit_now);
+    struct itimerval it = {{0, 0}, {usec / 1000000, usec % 1000000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    static void *v[256];
+    unsigned long x = 88172645463325252ul;
+    for (;;) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        unsigned k = x % 256;
+        free(v[k]);
+        v[k] = malloc(40000 + x % 900000);
+    }
+}
+
 /* A child made without fork handlers (glibc's _Fork, or the system call
  * itself, as some runtimes do) owns its dispositions as a forked one does. */
 static int fork_without_handlers(int raw)
@@ -430,10 +453,12 @@ int main(int argc, char **argv)
         return fork_without_handlers(mode[0] == 'r');
     if (strcmp(mode, "vfork") == 0)
         return vfork_child();
+    if (strcmp(mode, "exit-in-handler") == 0 && argc > 2)
+        return exit_in_handler(atol(argv[2]));
     if (strcmp(mode, "pid1") == 0)
         return pid1();
     if (strcmp(mode, "vfork-oneshot") == 0)
         return vfork_oneshot();
-    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|_Fork|rawfork|vfork|vfork-oneshot|pid1\n");
+    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|_Fork|rawfork|vfork|vfork-oneshot|pid1|exit-in-handler USEC\n");
     return 2;
 }

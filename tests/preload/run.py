@@ -1440,6 +1440,25 @@ def case_signal_queries():
         print(f"{mode}: {len(want.stdout.splitlines())} lines the same")
 
 
+def case_signal_exit_in_handler():
+    """A C program whose signal handler calls exit() (not async-signal-safe, yet common) exits as without the
+    shim, with its exit dump, wherever the signal found it: inside a large malloc or free too, holding tcmalloc's
+    locks, which the dump must not wait for."""
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(40):
+            usec = 2000 + (i * 6311) % 20000
+            env = base_env(LD_PRELOAD=ARGS.lib, FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/{i}.json")
+            try:
+                r = subprocess.run([prog("p_signal"), "exit-in-handler", str(usec)], env=env, capture_output=True,
+                                   text=True, timeout=20)
+            except subprocess.TimeoutExpired:
+                check(False, f"run {i} ({usec} us) hung at exit")
+            check(r.returncode == 3 and r.stderr == "", f"run {i}: status {r.returncode} {r.stderr[-300:]!r}")
+            with open(f"{d}/{i}.json") as f:
+                doc = json.load(f)
+            check(doc["reason"] == "exit" and doc["host"]["calls"]["malloc"] > 0, f"run {i}: dump {doc['reason']}")
+
+
 def case_signal_pid1():
     """As a container's PID 1 (no init in front), SIGTERM from another process is ignored by the kernel: under the
     shim it must interrupt nothing either (no EINTR from poll), a one-shot handler resets to a disposition that
