@@ -206,7 +206,8 @@ static const char *shorten(const char *path, char out[SHOWN_PATH + 4])
  * directory, a name too long), where the parent process started with the
  * same ones: the parent says it, or said it, once for the tree (a forked
  * worker pool, a shell's commands), when it writes that file too.  A full disk or a quota may hit one
- * process and not its parent: said by each. */
+ * process and not its parent: said by each.  Not checked in a signal
+ * handler, whose stack (a sigaltstack of 8 KiB) has no room for it. */
 static bool same_failure_in_parent(int err)
 {
     static const char *const names[] = {"FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE"};
@@ -263,7 +264,7 @@ void fa_report_configured(const char *reason, bool in_signal)
             fa_file_prune(tmpl, path, (unsigned)fa_opt_u64(FA_OPT_STATS_KEEP), file);
         if (err && !warned_write) {
             warned_write = true;
-            if (same_failure_in_parent(err))
+            if (!in_signal && same_failure_in_parent(err)) /* not on a signal's stack: it reads /proc on its own */
                 goto done;
             char eb[32], shown[SHOWN_PATH + 4];
             /* The line is built in buf: the rendering is not needed any more. */
