@@ -1023,6 +1023,21 @@ static void bound_sync_done(devstate *d, bool synced)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* Whether p lies inside some device's pool (a block of it or not). */
+static bool in_a_pool(uintptr_t p)
+{
+    bool pooled = false;
+    for (int dev = 0; dev < FA_MAX_DEVICES && !pooled; dev++) {
+        devstate *d = &devs[dev];
+        if (state_of(d) != READY)
+            continue;
+        pthread_mutex_lock(&d->lock);
+        pooled = d->state == READY && (d->kind == KIND_VMM ? fa_vm_contains(&d->vm, p) : fa_pool_owns(&d->pool, p));
+        pthread_mutex_unlock(&d->lock);
+    }
+    return pooled;
+}
+
 /* A pointer inside the pool that is no live block (double free, interior
  * pointer) is refused with cudaErrorInvalidValue, and that error is left
  * as the runtime's last error, as the driver's refusal would be: a
@@ -1034,12 +1049,49 @@ static fa_cuda_error refuse(const fa_cudart *rt)
     return FA_CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Whether the runtime's cudaFreeAsync on stream s (ptsz: its per-thread
+ * name) would accept a block from cudaMalloc: 0, or the error it returns,
+ * left as the thread's last error as its refusal leaves it; the block is
+ * then not freed.
+ *  - A stream the runtime does not know (a bogus or destroyed handle): its
+ *    answer to cudaStreamIsCapturing (cudaErrorInvalidResourceHandle).
+ *  - A stream being captured: the free would become a free node of the
+ *    graph, and CUDA takes only graph allocations (cudaMallocAsync during a
+ *    capture) there; a cudaMalloc block is refused with
+ *    cudaErrorInvalidValue and stays allocated.  The pool refuses alike:
+ *    quarantined, the block would be reused after the next synchronisation
+ *    while the graph, launched any time later, still uses it.  (Whether
+ *    the runtime's refusal also invalidates the capture is not known here;
+ *    the pool's leaves it as it was.)
+ * cudaStreamIsCapturing is legal during a capture, on any stream. */
+static fa_cuda_error async_free_refused(const fa_cudart *rt, fa_cuda_stream s, bool ptsz)
+{
+    if (!rt->cudaStreamIsCapturing)
+        return 0;
+    if (ptsz && !s)
+        s = FA_CUDA_STREAM_PER_THREAD; /* the non-ptsz function reads NULL as the legacy stream */
+    fa_cuda_capture_status status = FA_CUDA_CAPTURE_STATUS_NONE;
+    fa_cuda_error r = rt->cudaStreamIsCapturing(s, &status);
+    if (r != 0 || status == FA_CUDA_CAPTURE_STATUS_NONE)
+        return r;
+    /* Active or invalidated: refused, cudaErrorInvalidValue left as the
+     * last error by a call that fails just so during a capture. */
+    rt->cudaStreamIsCapturing(s, NULL);
+    return FA_CUDA_ERROR_INVALID_VALUE;
+}
+
 /* cudaFree (async NULL) or cudaFreeAsync of p (not NULL).  A pool block
  * waits in quarantine until the next device synchronisation, which covers
- * the work any stream queued before the free, so both are served alike. */
+ * the work any stream queued before the free, so both are served alike
+ * (a cudaFreeAsync once its stream passed async_free_refused). */
 static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
                                 fa_cuda_stream s)
 {
+    if (async && in_a_pool((uintptr_t)p)) {
+        fa_cuda_error r = async_free_refused(rt, s, async == rt->cudaFreeAsync_ptsz);
+        if (r != 0)
+            return r;
+    }
     int full;
     int res = pool_free((uintptr_t)p, &full);
     if (full >= 0) /* leaves no error behind, succeeds or not */
@@ -1204,17 +1256,7 @@ fa_cuda_error fa_device_ipc_get_handle(fa_cuda_ipc_handle *h, void *p)
     const fa_cudart *rt = runtime("cudaIpcGetMemHandle");
     if (!rt->cudaIpcGetMemHandle)
         return FA_CUDA_ERROR_INITIALIZATION;
-    bool pooled = false;
-    for (int dev = 0; dev < FA_MAX_DEVICES && !pooled; dev++) {
-        devstate *d = &devs[dev];
-        if (state_of(d) != READY)
-            continue;
-        pthread_mutex_lock(&d->lock);
-        pooled = d->state == READY && (d->kind == KIND_VMM ? fa_vm_contains(&d->vm, (uintptr_t)p)
-                                                           : fa_pool_owns(&d->pool, (uintptr_t)p));
-        pthread_mutex_unlock(&d->lock);
-    }
-    if (!pooled)
+    if (!in_a_pool((uintptr_t)p))
         return rt->cudaIpcGetMemHandle(h, p);
     /* A handle names a whole driver allocation; the receiver would map our
      * chunk or nothing, not this block. */

@@ -820,6 +820,66 @@ static int free_async(void)
     return failures;
 }
 
+/* cudaFreeAsync of a pool block is refused, and the block stays allocated
+ * and untouched, where the runtime refuses it for a cudaMalloc block: a
+ * stream it does not know (cudaErrorInvalidResourceHandle), and a stream
+ * being captured, where the free would be a free node of the graph and
+ * must name a graph allocation (cudaErrorInvalidValue).  The captured
+ * graph may use the block whenever it is launched: the block is never
+ * handed out again meanwhile.  The per-thread stream's NULL is a stream. */
+static int free_async_refused(void)
+{
+    cudaStream_t s, gone;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&gone, 1) == cudaSuccess);
+    CHECK(cudaStreamDestroy(gone) == cudaSuccess);
+    unsigned char *a = dmalloc(MiB), *b = dmalloc(MiB);
+    void *big = dmalloc(100 * MiB); /* the driver's block in the chunk pool, a piece of the pool's otherwise */
+    memset(a, 5, MiB);
+    memset(b, 6, MiB);
+    uint64_t frees = stat_of("device.0.frees"), in_use = stat_of("device.0.in_use_bytes");
+    CHECK(cudaFreeAsync(a, (cudaStream_t)(uintptr_t)0xdead000) == cudaErrorInvalidResourceHandle);
+    CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    CHECK(cudaFreeAsync(a, gone) == cudaErrorInvalidResourceHandle);
+    CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    CHECK(cudaFreeAsync_ptsz(a, (cudaStream_t)(uintptr_t)0xdead000) == cudaErrorInvalidResourceHandle);
+    CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    CHECK(stat_of("device.0.frees") == frees && stat_of("device.0.in_use_bytes") == in_use);
+
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaFreeAsync(b, s) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    CHECK(cudaFreeAsync(big, s) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    CHECK(stat_of("device.0.frees") == frees && stat_of("device.0.in_use_bytes") == in_use);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+
+    /* Nothing was freed: after a sync, new blocks are elsewhere and the
+     * contents are intact. */
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    unsigned char *c[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = dmalloc(MiB);
+        CHECK(c[i] != a && c[i] != b);
+        if (c[i])
+            memset(c[i], 9, MiB);
+    }
+    CHECK(a[0] == 5 && a[MiB - 1] == 5 && b[0] == 6 && b[MiB - 1] == 6);
+    /* They free normally now, on the per-thread default stream too. */
+    CHECK(cudaFreeAsync_ptsz(a, NULL) == cudaSuccess);
+    CHECK(cudaFreeAsync(b, s) == cudaSuccess);
+    CHECK(cudaFreeAsync(big, s) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(stat_of("device.0.frees") == frees + 3);
+    for (int i = 0; i < 8; i++)
+        CHECK(cudaFree(c[i]) == cudaSuccess);
+    CHECK(stat_of("device.0.in_use_bytes") == 0);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
 /* ---- blind: PyTorch settings that bypass cudaMalloc ----------------------------------------------- */
 
 static int blind(void)
@@ -1134,6 +1194,8 @@ int main(int argc, char **argv)
         return errors() ? 1 : 0;
     if (strcmp(mode, "capture") == 0)
         return capture() ? 1 : 0;
+    if (strcmp(mode, "free_async_refused") == 0)
+        return free_async_refused() ? 1 : 0;
     if (strcmp(mode, "passthrough") == 0)
         return passthrough() ? 1 : 0;
     if (strcmp(mode, "free_async") == 0)
@@ -1157,7 +1219,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
-                    "|reset_race|errors|capture|passthrough|free_async|blind|frag|packing|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|passthrough|free_async|free_async_refused|blind|frag|packing|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
     return 2;
 }

@@ -88,6 +88,7 @@ struct alloc {
     int device;  /* owner; for host and managed memory the device current at allocation */
     enum alloc_kind kind;
     int free_queued; /* a cudaFreeAsync is queued and has not landed */
+    int graph;       /* from cudaMallocAsync on a capturing stream: a graph allocation */
 };
 
 struct device {
@@ -1348,11 +1349,21 @@ static cudaError_t do_malloc_async(void **p, size_t n, cudaStream_t h)
         return rc;
     if (s->cap_status == cudaStreamCaptureStatusInvalidated)
         return cudaErrorStreamCaptureInvalidated;
-    return n ? device_alloc(s->device, n, AK_ASYNC, p) : cudaSuccess;
+    if (!n)
+        return cudaSuccess;
+    rc = device_alloc(s->device, n, AK_ASYNC, p);
+    if (!rc && s->cap_status == cudaStreamCaptureStatusActive)
+        device_alloc_at(*p)->graph = 1; /* an allocation node of the graph */
+    return rc;
 }
 
-/* The free happens when the stream's work lands; a free recorded into a
- * capture never happens, and the memory stays allocated. */
+/* The free happens when the stream's work lands.  On a capturing stream
+ * it becomes a free node of the graph, which CUDA only accepts for a graph
+ * allocation (cudaMallocAsync during a capture): anything else, memory
+ * from cudaMalloc included, is refused with cudaErrorInvalidValue and stays
+ * allocated (whether the real runtime also invalidates the capture then is
+ * not modelled).  A recorded free never happens, and the memory stays
+ * allocated. */
 static cudaError_t do_free_async(void *p, cudaStream_t h)
 {
     struct CUstream_st *s;
@@ -1360,7 +1371,7 @@ static cudaError_t do_free_async(void *p, cudaStream_t h)
     if (rc || !p)
         return rc;
     struct alloc *a = freeable_at(p, 0);
-    if (!a)
+    if (!a || (s->cap_status == cudaStreamCaptureStatusActive && !a->graph))
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FREE, .target = a};
     uint64_t seq;

@@ -153,6 +153,10 @@ def case_free_async():
     ok(run(["free_async"]), "cudaFreeAsync of cudaMalloc's blocks")
 
 
+def case_free_async_refused():
+    ok(run(["free_async_refused"]), "cudaFreeAsync of pool blocks on unknown and capturing streams")
+
+
 def case_blind():
     with tempfile.TemporaryDirectory() as d:
         ok(run(["blind"], PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:128,expandable_segments:True",

@@ -541,6 +541,9 @@ static void test_capture(void)
     CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "capturing");
     CHECK(capture_status(s2) == cudaStreamCaptureStatusNone && capture_status(NULL) == cudaStreamCaptureStatusNone,
           "other streams are not");
+    EXPECT(cudaFreeAsync(b, s), cudaErrorInvalidValue); /* a free node needs a graph allocation */
+    CHECK(fakecuda_device_of(b) == 0, "the refused free freed nothing");
+    EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
     EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
     OK(fakecuda_enqueue_fill(s, b, 1, 16));
     OK(cudaMemsetAsync(b, 2, 16, s));
