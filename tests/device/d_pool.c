@@ -754,6 +754,58 @@ static int room(void)
     return failures;
 }
 
+/* ---- the program's pending error survives the pool's own failed calls ----------------------------- */
+
+/* A program that left an error pending (it did not call cudaGetLastError
+ * yet) reads that same error after a call the pool served with the help
+ * of internal calls that failed and were handled.  Without the pool the
+ * call would have succeeded and left the error alone.  Run with
+ * FAKECUDA_MEM=1G and a 512 MiB pool; "reserve" with FAKECUDA_MEM=256M.
+ *  room:    cudaMallocAsync retried after the pool gave memory back;
+ *  malloc:  a cudaMalloc beyond the chunk, retried likewise (chunks);
+ *  reset:   cudaDeviceReset asks about the capture on its destroyed stream;
+ *  reserve: the chunk pool's first reservation gets fewer chunks than it
+ *           wants (the driver refused the rest). */
+static int pending_error(const char *what)
+{
+    if (strcmp(what, "room") == 0) {
+        void *a = dmalloc(vmm_expected() ? 500 * MiB : MiB), *p = NULL;
+        CHECK(cudaFree(a) == cudaSuccess);
+        CHECK(cudaMemset(NULL, 0, 1) == cudaErrorInvalidValue); /* pending now */
+        CHECK(cudaMallocAsync(&p, 700 * MiB, NULL) == cudaSuccess);
+        CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+        CHECK(cudaFreeAsync(p, NULL) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
+    } else if (strcmp(what, "malloc") == 0) {
+        void *a = dmalloc(MiB), *p = NULL;
+        CHECK(cudaFree(a) == cudaSuccess);
+        CHECK(cudaSetDevice(99) == cudaErrorInvalidDevice);
+        CHECK(cudaMalloc(&p, 700 * MiB) == cudaSuccess);
+        CHECK(cudaGetLastError() == cudaErrorInvalidDevice);
+        CHECK(cudaFree(p) == cudaSuccess);
+    } else if (strcmp(what, "reset") == 0) {
+        void *a = dmalloc(MiB), *p = NULL;
+        CHECK(cudaMalloc(&p, (size_t)4 << 30) == cudaErrorMemoryAllocation);
+        cudaStream_t s;
+        CHECK(cudaStreamCreateWithFlags(&s, 1) == cudaSuccess);
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+        CHECK(cudaDeviceReset() == cudaSuccess);
+        CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+        (void)a; /* gone with the reset */
+    } else if (strcmp(what, "reserve") == 0) {
+        void *p = NULL;
+        CHECK(cudaMemset(NULL, 0, 1) == cudaErrorInvalidValue);
+        CHECK(cudaMalloc(&p, MiB) == cudaSuccess); /* the first: the pool is reserved */
+        CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+        CHECK(stat_of("device.0.pool_bytes") > 0);
+        CHECK(cudaFree(p) == cudaSuccess);
+    } else {
+        fprintf(stderr, "d_pool: pending_error room|malloc|reset|reserve\n");
+        return 1;
+    }
+    CHECK(cudaGetLastError() == cudaSuccess);
+    return failures;
+}
+
 /* ---- calls that are only counted ------------------------------------------------------------------ */
 
 static int passthrough(void)
@@ -1196,6 +1248,8 @@ int main(int argc, char **argv)
         return capture() ? 1 : 0;
     if (strcmp(mode, "free_async_refused") == 0)
         return free_async_refused() ? 1 : 0;
+    if (strcmp(mode, "pending_error") == 0)
+        return pending_error(argc > 2 ? argv[2] : "") ? 1 : 0;
     if (strcmp(mode, "passthrough") == 0)
         return passthrough() ? 1 : 0;
     if (strcmp(mode, "free_async") == 0)
@@ -1220,6 +1274,7 @@ int main(int argc, char **argv)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
                     "|reset_race|errors|capture|passthrough|free_async|free_async_refused|blind|frag|packing|pressure|peer|large|kind|giveback [S [capture]]\n"
-                    "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
+                    "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
+                    "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;
 }

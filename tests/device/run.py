@@ -145,6 +145,16 @@ def case_capture():
     ok(run(["capture"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "stream capture")
 
 
+def case_pending_error():
+    """An error the program left pending is what it reads after calls the pool served with internal calls
+    that failed (the pool's own errors are not left in its place)."""
+    for what in ("room", "malloc", "reset"):
+        ok(run(["pending_error", what], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="512M"),
+           f"pending error, {what}")
+    ok(run(["pending_error", "reserve"], FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="512M"),
+       "pending error, reserve")
+
+
 def case_passthrough():
     ok(run(["passthrough"]), "pass-through counts")
 
