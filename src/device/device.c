@@ -23,8 +23,9 @@
  *    left it: no error for cudaGetLastError (PyTorch throws on any pending
  *    error other than cudaErrorMemoryAllocation), or the program's own;
  *  - cudaMemGetInfo counts as free what the pool would give back to the
- *    driver: idle pieces, or chunks holding no live block, with what is
- *    quarantined there (never free space a live block pins).
+ *    driver: idle pieces and those the next synchronisation makes idle, or
+ *    chunks holding no live block, with what is quarantined there (never
+ *    free space a live block pins).
  * Locks: one per device (its pool and numbers), one for the map of
  * driver-served blocks; never both, never across a synchronisation. */
 #define _GNU_SOURCE
@@ -1165,7 +1166,7 @@ fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b)
         uint64_t idle = 0;
         pthread_mutex_lock(&d->lock);
         if (d->state == READY && d->kind == KIND_VMM)
-            idle = d->vm.idle + d->vm.quarantined; /* whole idle pieces, and what a sync frees */
+            idle = d->vm.idle + d->vm.reclaimable; /* whole idle pieces, and those a sync makes idle */
         else if (d->state == READY && d->kind == KIND_CHUNKS)
             idle = fa_pool_idle(&d->pool);
         pthread_mutex_unlock(&d->lock);

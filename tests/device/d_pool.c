@@ -1045,6 +1045,32 @@ static void free_count_holds(const char *when)
     }
 }
 
+/* Pieces: a freed small block counts as free in cudaMemGetInfo only with
+ * the whole 2 MiB granule it lies in, which a live neighbour pins (the
+ * pool can give back only whole pieces); and a granule it shares with
+ * nothing live counts whole.  What it says can be had.  Run with
+ * FAKECUDA_MEM=256M. */
+static int meminfo_pinned(void)
+{
+    size_t f0, f, t;
+    CHECK(cudaMemGetInfo(&f0, &t) == cudaSuccess);
+    unsigned char *a = dmalloc(MiB), *b = dmalloc(MiB);
+    CHECK(((uintptr_t)a >> 21) == ((uintptr_t)b >> 21)); /* one granule */
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess && f == f0 - 2 * MiB);
+    CHECK(cudaFree(a) == cudaSuccess);
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    printf("a freed, b live: meminfo_free %zu (device %zu)\n", f, f0);
+    CHECK(f == f0 - 2 * MiB); /* b pins a's granule */
+    free_count_holds("a freed, b live");
+    CHECK(cudaFree(b) == cudaSuccess);
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    printf("both freed: meminfo_free %zu\n", f);
+    CHECK(f == f0); /* nothing live in the granule: all of it */
+    free_count_holds("both freed");
+    CHECK(fakecuda_faults(0) == 0);
+    return failures;
+}
+
 /* 20 MiB blocks (PyTorch's segments for 1-10 MiB tensors) fill the device:
  * all of it with pieces, three to a 64 MiB chunk with chunks. */
 static int packing(void)
@@ -1262,6 +1288,8 @@ int main(int argc, char **argv)
         return frag() ? 1 : 0;
     if (strcmp(mode, "packing") == 0)
         return packing() ? 1 : 0;
+    if (strcmp(mode, "meminfo_pinned") == 0)
+        return meminfo_pinned() ? 1 : 0;
     if (strcmp(mode, "pressure") == 0)
         return pressure() ? 1 : 0;
     if (strcmp(mode, "peer") == 0)
@@ -1273,7 +1301,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
-                    "|reset_race|errors|capture|passthrough|free_async|free_async_refused|blind|frag|packing|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|passthrough|free_async|free_async_refused|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

@@ -295,6 +295,13 @@ def case_packing():
     print(r.stdout.strip())
 
 
+def case_meminfo_pinned():
+    """Pieces: cudaMemGetInfo counts a freed small block only with its whole granule, never one a live
+    neighbour pins; what it says is free can be allocated."""
+    r = ok(run(["meminfo_pinned"], FAKECUDA_MEM="256M"), "cudaMemGetInfo with pinned granules")
+    print(r.stdout.strip())
+
+
 def case_pressure():
     """Pieces given back under pressure: only after the work queued on them."""
     ok(run(["pressure"], FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="64M"), "pressure")
