@@ -932,6 +932,46 @@ static int free_async_refused(void)
     return failures;
 }
 
+/* ---- what a program learns about a pool block ------------------------------------------------------ */
+
+/* cudaPointerGetAttributes answers for a pool block as for a cudaMalloc
+ * block (device memory of this device, the pointer itself), interior
+ * pointers too, so the shim leaves it alone; the runtime has no range
+ * query.  The driver's cuMemGetAddressRange, which the shim does not take
+ * (programs reach it through libcuda or cudaGetDriverEntryPoint), names
+ * the allocation that holds the block, not the block: the chunk with
+ * chunks, the 2 MiB piece of a small block with pieces; a large block of
+ * the pieces pool is its own piece (its run of 2 MiB, as a cudaMalloc of
+ * that size would be), and so is a driver-served block. */
+static int ranges(void)
+{
+    fa_cu_result (*range)(fa_cu_ptr *, size_t *, fa_cu_ptr) = NULL;
+    CHECK(cudaGetDriverEntryPoint("cuMemGetAddressRange", (void **)&range, 0, NULL) == cudaSuccess && range);
+    unsigned char *small = dmalloc(MiB), *large = dmalloc(100 * MiB);
+    if (!range || !small || !large)
+        return failures + 1;
+    const void *probe[] = {small, small + 4096, small + MiB - 1, large, large + 99 * MiB};
+    for (size_t i = 0; i < sizeof probe / sizeof probe[0]; i++) {
+        struct cudaPointerAttributes at;
+        CHECK(cudaPointerGetAttributes(&at, probe[i]) == cudaSuccess);
+        CHECK(at.type == cudaMemoryTypeDevice && at.device == 0 && at.devicePointer == probe[i] &&
+              at.hostPointer == NULL);
+    }
+    fa_cu_ptr base = 0;
+    size_t size = 0;
+    CHECK(range(&base, &size, (fa_cu_ptr)(uintptr_t)(small + 4096)) == 0);
+    printf("small block %p: range %#llx + %zu\n", (void *)small, base, size);
+    if (vmm())
+        CHECK(base == ((uintptr_t)small & ~(2 * MiB - 1)) && size == 2 * MiB); /* its piece */
+    else
+        CHECK(size == 64 * MiB && base <= (uintptr_t)small && (uintptr_t)small + MiB <= base + size); /* its chunk */
+    CHECK(range(&base, &size, (fa_cu_ptr)(uintptr_t)(large + 4096)) == 0);
+    printf("large block %p: range %#llx + %zu\n", (void *)large, base, size);
+    CHECK(base == (uintptr_t)large && size == 100 * MiB);
+    CHECK(cudaFree(small) == cudaSuccess && cudaFree(large) == cudaSuccess);
+    return failures;
+}
+
 /* ---- blind: PyTorch settings that bypass cudaMalloc ----------------------------------------------- */
 
 static int blind(void)
@@ -1276,6 +1316,8 @@ int main(int argc, char **argv)
         return free_async_refused() ? 1 : 0;
     if (strcmp(mode, "pending_error") == 0)
         return pending_error(argc > 2 ? argv[2] : "") ? 1 : 0;
+    if (strcmp(mode, "ranges") == 0)
+        return ranges() ? 1 : 0;
     if (strcmp(mode, "passthrough") == 0)
         return passthrough() ? 1 : 0;
     if (strcmp(mode, "free_async") == 0)
@@ -1301,7 +1343,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
-                    "|reset_race|errors|capture|passthrough|free_async|free_async_refused|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

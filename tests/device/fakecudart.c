@@ -3,9 +3,10 @@
  *   with 512-byte first-fit placement within a capacity (FAKECUDA_MEM[_<n>]); per-thread current device, last error
  *   and capture mode; streams and events whose work (fills, copies, event records, async frees) is queued and lands
  *   only at synchronisation points, with the legacy stream's implicit ordering; stream capture and its invalidation
- *   by illegal calls; pointer attributes; IPC handles; fork (driver calls in the child fail, as in CUDA); peer access
- *   to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap, ...: see "virtual memory" below),
- *   reached only through cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
+ *   by illegal calls; pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
+ *   child fail, as in CUDA); peer access to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap,
+ *   ...: see "virtual memory" below) and cuMemGetAddressRange, reached only through
+ *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
  *   FAKECUDA_VMM=noentry makes the entry points find nothing; FAKECUDA_DELAY_MS=N (0..60000) makes cudaMalloc,
  *   cuMemCreate and cuMemAddressReserve slow: each takes effect (and is counted) at once and returns N ms later,
  *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits;
@@ -1254,6 +1255,13 @@ static cudaError_t do_pointer_attributes(struct cudaPointerAttributes *at, const
         at->hostPointer = (void *)p;
         return cudaSuccess;
     }
+    struct vm_mapping *m = mapping_at(p);
+    if (m) { /* a physical piece mapped there (cuMemMap): device memory of the piece's device */
+        at->type = cudaMemoryTypeDevice;
+        at->device = m->piece->device;
+        at->devicePointer = (void *)p;
+        return cudaSuccess;
+    }
     at->type = cudaMemoryTypeUnregistered;
     at->device = cudaInvalidDeviceId;
     at->hostPointer = (void *)p;
@@ -1506,9 +1514,9 @@ static cudaError_t do_enqueue_fill(cudaStream_t h, void *dst, int byte, size_t l
 
 /* ---- virtual memory (the driver API) ---------------------------------------------------
  * CUresult values used: 0 CUDA_SUCCESS, 1 CUDA_ERROR_INVALID_VALUE, 2 CUDA_ERROR_OUT_OF_MEMORY,
- * 3 CUDA_ERROR_NOT_INITIALIZED, 101 CUDA_ERROR_INVALID_DEVICE, 801 CUDA_ERROR_NOT_SUPPORTED. */
+ * 3 CUDA_ERROR_NOT_INITIALIZED, 101 CUDA_ERROR_INVALID_DEVICE, 500 CUDA_ERROR_NOT_FOUND, 801 CUDA_ERROR_NOT_SUPPORTED. */
 
-enum { CU_OK = 0, CU_INVALID = 1, CU_OOM = 2, CU_INVALID_DEVICE = 101, CU_NOT_SUPPORTED = 801 };
+enum { CU_OK = 0, CU_INVALID = 1, CU_OOM = 2, CU_INVALID_DEVICE = 101, CU_NOT_FOUND = 500, CU_NOT_SUPPORTED = 801 };
 
 static int granular(size_t v) { return v % FC_GRANULARITY == 0; }
 
@@ -1794,6 +1802,24 @@ static int do_cu_set_access(fa_cu_ptr ptr, size_t size, const fa_cu_access_desc 
         mprotect(m->va, m->size, m->access ? PROT_READ | PROT_WRITE : PROT_NONE);
         c += m->size;
     }
+    return CU_OK;
+}
+
+/* The allocation holding p: a device allocation of the runtime (cudaMalloc,
+ * cudaMallocAsync, ...), or the mapping of one physical piece: for memory
+ * mapped with cuMemMap the real driver answers with the piece's mapping,
+ * not the reservation nor neighbouring pieces. */
+static int do_cu_address_range(fa_cu_ptr *base, size_t *size, fa_cu_ptr ptr)
+{
+    const void *p = (const void *)(uintptr_t)ptr;
+    struct alloc *a = device_alloc_at(p);
+    struct vm_mapping *m = a ? NULL : mapping_at(p);
+    if (!a && !m)
+        return CU_NOT_FOUND;
+    if (base)
+        *base = (fa_cu_ptr)(uintptr_t)(a ? a->addr : m->va);
+    if (size)
+        *size = a ? a->size : m->size;
     return CU_OK;
 }
 
@@ -2368,6 +2394,8 @@ FC_DRIVER(cuMemMap, (fa_cu_ptr p, size_t size, size_t off, fa_cu_handle h, unsig
 FC_DRIVER(cuMemUnmap, (fa_cu_ptr p, size_t size), do_cu_unmap(p, size), "ptr=%llx size=%zu", p, size)
 FC_DRIVER(cuMemSetAccess, (fa_cu_ptr p, size_t size, const fa_cu_access_desc *d, size_t n),
           do_cu_set_access(p, size, d, n), "ptr=%llx size=%zu n=%zu", p, size, n)
+FC_DRIVER(cuMemGetAddressRange, (fa_cu_ptr *base, size_t *size, fa_cu_ptr p), do_cu_address_range(base, size, p),
+          "ptr=%llx", p)
 #undef FC_DRIVER
 
 static const struct {

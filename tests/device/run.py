@@ -167,6 +167,13 @@ def case_free_async_refused():
     ok(run(["free_async_refused"]), "cudaFreeAsync of pool blocks on unknown and capturing streams")
 
 
+def case_ranges():
+    """Pool blocks under cudaPointerGetAttributes (as cudaMalloc blocks) and the driver's cuMemGetAddressRange
+    (the allocation that holds them: chunk or piece, not the block)."""
+    r = ok(run(["ranges"]), "pointer attributes and address ranges of pool blocks")
+    print(r.stdout.strip())
+
+
 def case_blind():
     with tempfile.TemporaryDirectory() as d:
         ok(run(["blind"], PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:128,expandable_segments:True",
