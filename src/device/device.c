@@ -1067,7 +1067,10 @@ static fa_cuda_error refuse(const fa_cudart *rt)
  *    while the graph, launched any time later, still uses it.  (Whether
  *    the runtime's refusal also invalidates the capture is not known here;
  *    the pool's leaves it as it was.)
- * cudaStreamIsCapturing is legal during a capture, on any stream. */
+ * cudaStreamIsCapturing is legal during a capture.  On the legacy stream
+ * while a blocking stream captures it answers
+ * cudaErrorStreamCaptureImplicit, the error a cudaFreeAsync there meets
+ * too (the pool's refusal leaves the capture as it was). */
 static fa_cuda_error async_free_refused(const fa_cudart *rt, fa_cuda_stream s, bool ptsz)
 {
     if (!rt->cudaStreamIsCapturing)
