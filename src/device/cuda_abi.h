@@ -48,6 +48,8 @@ typedef int fa_cuda_entry_status;             /* enum cudaDriverEntryPointQueryR
 #define FA_CUDA_ERROR_CAPTURE_UNSUPPORTED ((fa_cuda_error)900) /* cudaErrorStreamCaptureUnsupported */
 #define FA_CUDA_ERROR_CAPTURE_INVALIDATED ((fa_cuda_error)901) /* cudaErrorStreamCaptureInvalidated */
 #define FA_CUDA_CAPTURE_MODE_RELAXED ((fa_cuda_capture_mode)2)   /* cudaStreamCaptureModeRelaxed */
+#define FA_CUDA_CAPTURE_STATUS_NONE ((fa_cuda_capture_status)0)  /* cudaStreamCaptureStatusNone */
+#define FA_CUDA_STREAM_PER_THREAD ((fa_cuda_stream)0x2)            /* cudaStreamPerThread (a macro in CUDA) */
 
 #ifdef FA_CUDA_ABI_CHECK
 _Static_assert((int)FA_CUDA_SUCCESS == (int)cudaSuccess, "cudaSuccess");
@@ -60,6 +62,7 @@ _Static_assert((int)FA_CUDA_ERROR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "
 _Static_assert((int)FA_CUDA_ERROR_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported, "capture unsupported");
 _Static_assert((int)FA_CUDA_ERROR_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated, "capture invalidated");
 _Static_assert((int)FA_CUDA_CAPTURE_MODE_RELAXED == (int)cudaStreamCaptureModeRelaxed, "relaxed capture mode");
+_Static_assert((int)FA_CUDA_CAPTURE_STATUS_NONE == (int)cudaStreamCaptureStatusNone, "no capture");
 _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-sized enum");
 #endif
 

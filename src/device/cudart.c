@@ -84,6 +84,46 @@ const fa_cudart *fa_cudart_get(void)
 /* A fork while another thread copied: the child's lock starts free. */
 void fa_cudart_fork_child(void) { pthread_mutex_init(&lock, NULL); }
 
+/* ---- the thread's last error --------------------------------------------- */
+
+fa_cuda_error fa_cudart_error_peek(const fa_cudart *r)
+{
+    return r->cudaPeekAtLastError ? r->cudaPeekAtLastError() : 0;
+}
+
+/* Make e the thread's last error again with a call that fails with e and
+ * has no other effect, where one is known.  The calls run in relaxed
+ * capture mode, where a cudaMalloc is neither refused for a capture under
+ * way nor invalidates it. */
+static void raise_again(const fa_cudart *r, fa_cuda_error e)
+{
+    if ((e != FA_CUDA_ERROR_INVALID_VALUE && e != FA_CUDA_ERROR_MEMORY_ALLOCATION &&
+         e != FA_CUDA_ERROR_INVALID_DEVICE) ||
+        !r->cudaMalloc || !r->cudaSetDevice)
+        return;
+    fa_cuda_capture_mode mode = FA_CUDA_CAPTURE_MODE_RELAXED;
+    bool relaxed = r->cudaThreadExchangeStreamCaptureMode && r->cudaThreadExchangeStreamCaptureMode(&mode) == 0;
+    void *p = NULL;
+    if (e == FA_CUDA_ERROR_INVALID_VALUE)
+        r->cudaMalloc(NULL, 1); /* no place for the pointer */
+    else if (e == FA_CUDA_ERROR_MEMORY_ALLOCATION && r->cudaMalloc(&p, (size_t)-1) == 0 && r->cudaFree)
+        r->cudaFree(p); /* more than any device has: never served */
+    else if (e == FA_CUDA_ERROR_INVALID_DEVICE)
+        r->cudaSetDevice(-1); /* no such device: the current one stays */
+    if (relaxed)
+        r->cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
+void fa_cudart_error_restore(const fa_cudart *r, fa_cuda_error before)
+{
+    if (!r->cudaPeekAtLastError || !r->cudaGetLastError || r->cudaPeekAtLastError() == before)
+        return; /* nothing failed, or with the same (or a sticky) error */
+    if (before == 0)
+        r->cudaGetLastError();
+    else
+        raise_again(r, before); /* where it cannot, the internal call's error stays pending instead */
+}
+
 /* ---- the driver's functions through the runtime ---------------------------- */
 
 static fa_cudrv drv;
@@ -110,15 +150,14 @@ static void *entry_point(const char *name)
 static void resolve_driver(void)
 {
     drv_rt = __atomic_load_n(&drv_rt_arg, __ATOMIC_ACQUIRE);
-    bool clear = !drv_rt->cudaPeekAtLastError || drv_rt->cudaPeekAtLastError() == 0;
+    fa_cuda_error before = fa_cudart_error_peek(drv_rt);
     int missing = 0;
 #define FA_CUDRV_LOOKUP(name, params)                      \
     *(void **)&drv.name = entry_point(#name);              \
     missing += drv.name == NULL;
     FA_CU_FUNCS(FA_CUDRV_LOOKUP)
 #undef FA_CUDRV_LOOKUP
-    if (clear && drv_rt->cudaGetLastError)
-        drv_rt->cudaGetLastError(); /* a failed lookup is ours, not the program's */
+    fa_cudart_error_restore(drv_rt, before); /* a failed lookup is ours, not the program's */
     if (missing)
         fa_debug("%d driver virtual-memory functions not found through the runtime", missing);
     __atomic_store_n(&drv_found, !missing, __ATOMIC_RELEASE);

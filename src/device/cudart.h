@@ -31,6 +31,20 @@ typedef struct fa_cudrv {
 #undef FA_CUDRV_PTR
 } fa_cudrv;
 
+/* The shim's own runtime calls must not change what the program reads
+ * from cudaGetLastError / cudaPeekAtLastError.  Before an internal call
+ * whose failure the shim handles itself: before = fa_cudart_error_peek(rt).
+ * After it (failed or not): fa_cudart_error_restore(rt, before) leaves the
+ * thread's last error as `before` again.  The runtime has no call that
+ * sets the last error, so an earlier error of the program is raised again
+ * by a call that fails with it and changes nothing: cudaErrorInvalidValue,
+ * cudaErrorMemoryAllocation and cudaErrorInvalidDevice can be; for any
+ * other code the internal call's error is left in its place (an error
+ * stays pending, as the program had one).  A sticky error is the same
+ * before and after, and is left alone. */
+fa_cuda_error fa_cudart_error_peek(const fa_cudart *rt);
+void fa_cudart_error_restore(const fa_cudart *rt, fa_cuda_error before);
+
 /* Pre: rt has found a runtime.  Looked up once; NULL when any function is
  * missing (an old runtime or driver).  A failed lookup leaves the calling
  * thread's last error as it was. */

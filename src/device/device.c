@@ -19,11 +19,13 @@
  *    requests that ready memory cannot serve go to the driver;
  *  - when the driver runs out of memory, idle pieces or chunks go back to
  *    it and the request is retried; the final error is the driver's own;
- *  - internal calls that fail leave no error for cudaGetLastError (PyTorch
- *    throws on any pending error other than cudaErrorMemoryAllocation);
+ *  - internal calls that fail leave the thread's last error as the program
+ *    left it: no error for cudaGetLastError (PyTorch throws on any pending
+ *    error other than cudaErrorMemoryAllocation), or the program's own;
  *  - cudaMemGetInfo counts as free what the pool would give back to the
- *    driver: idle pieces, or chunks holding no live block, with what is
- *    quarantined there (never free space a live block pins).
+ *    driver: idle pieces and those the next synchronisation makes idle, or
+ *    chunks holding no live block, with what is quarantined there (never
+ *    free space a live block pins).
  * Locks: one per device (its pool and numbers), one for the map of
  * driver-served blocks; never both, never across a synchronisation. */
 #define _GNU_SOURCE
@@ -175,14 +177,11 @@ static const fa_cudart *runtime(const char *fn)
     return rt;
 }
 
-/* Before an internal call whose failure we absorb: was the thread's last
- * error clear?  After the failure, clear it again only if it was. */
-static bool error_clear(const fa_cudart *rt) { return !rt->cudaPeekAtLastError || rt->cudaPeekAtLastError() == 0; }
-static void absorb(const fa_cudart *rt, bool was_clear)
-{
-    if (was_clear && rt->cudaGetLastError)
-        rt->cudaGetLastError();
-}
+/* Around an internal call whose failure we handle: the thread's last
+ * error before it, and after it that error again, the program's own (see
+ * fa_cudart_error_restore; a no-op when nothing failed). */
+static fa_cuda_error error_peek(const fa_cudart *rt) { return fa_cudart_error_peek(rt); }
+static void absorb(const fa_cudart *rt, fa_cuda_error before) { fa_cudart_error_restore(rt, before); }
 
 static fa_cuda_error drv_malloc(const fa_cudart *rt, devstate *d, void **p, size_t n)
 {
@@ -261,8 +260,10 @@ void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r)
         i++;
     if (i < CAPTURE_SLOTS) {
         fa_cuda_capture_status status = 0; /* cudaStreamCaptureStatusNone */
+        fa_cuda_error before = error_peek(rt);
         if (!rt->cudaStreamIsCapturing || rt->cudaStreamIsCapturing(s, &status) != 0 || status == 0)
             capture_drop(i);
+        absorb(rt, before); /* the call's own error is cudaStreamEndCapture's */
     } else if ((r == 0 || r == FA_CUDA_ERROR_CAPTURE_INVALIDATED) && capture_unslotted > 0) {
         capture_unslotted--;
         __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL);
@@ -287,14 +288,14 @@ void fa_device_stream_destroying(fa_cuda_stream s)
 static void captures_forget(const fa_cudart *rt)
 {
     pthread_mutex_lock(&capture_lock);
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     for (int i = 0; i < CAPTURE_SLOTS; i++) {
         fa_cuda_capture_status status = 0; /* cudaStreamCaptureStatusNone */
         if (capture_used[i] && (!rt->cudaStreamIsCapturing ||
                                 rt->cudaStreamIsCapturing(capture_stream[i], &status) != 0 || status == 0))
             capture_drop(i);
     }
-    absorb(rt, clear); /* the reset stream's "invalid handle" */
+    absorb(rt, before); /* the reset stream's "invalid handle" */
     __atomic_fetch_sub(&captures, capture_unslotted, __ATOMIC_ACQ_REL);
     capture_unslotted = 0;
     pthread_mutex_unlock(&capture_lock);
@@ -500,11 +501,11 @@ static void bind_device(const fa_cudart *rt, int dev)
 {
     if ((bound_devices >> dev) & 1 || !rt->cudaSetDevice)
         return;
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     if (rt->cudaSetDevice(dev) == 0)
         bound_devices |= 1u << dev;
     else
-        absorb(rt, clear);
+        absorb(rt, before);
 }
 
 /* Reserve the address space of device dev's piece pool: false (and one
@@ -521,7 +522,7 @@ static bool vm_reserve(const fa_cudart *rt, devstate *d, int dev)
     prop.type = FA_CU_ALLOCATION_TYPE_PINNED;
     prop.location.type = FA_CU_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     if (!fa_opt_u64(FA_OPT_DEVICE_VMM))
         why = "FORGEALLOC_DEVICE_VMM=0";
     else if (!rt->cudaMemGetInfo || rt->cudaMemGetInfo(&f, &t) != 0) /* also makes the context current */
@@ -539,8 +540,8 @@ static bool vm_reserve(const fa_cudart *rt, devstate *d, int dev)
         drv->cuMemAddressFree(base, 2 * fa_vm_zone_for(t));
         why = "no memory for the pool's tables";
     }
+    absorb(rt, before);
     if (why) {
-        absorb(rt, clear);
         fa_info("device %d: chunk pool, not physical pieces: %s", dev, why);
         return false;
     }
@@ -606,9 +607,9 @@ static uint64_t pool_target(const fa_cudart *rt)
     if (!v->is_pct)
         return v->u;
     size_t f = 0, t = 0;
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     if (!rt->cudaMemGetInfo || rt->cudaMemGetInfo(&f, &t) != 0) {
-        absorb(rt, clear);
+        absorb(rt, before);
         return 0;
     }
     return (uint64_t)((double)t * v->d / 100.0);
@@ -625,10 +626,10 @@ static bool chunks_reserve(const fa_cudart *rt, devstate *d, int dev, uint64_t t
         want = FA_POOL_MAX_CHUNKS;
     void **got = want ? calloc(want, sizeof *got) : NULL;
     size_t n = 0;
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     while (got && n < want) {
         if (drv_malloc(rt, d, &got[n], chunk) != 0) {
-            absorb(rt, clear); /* the driver has less than the pool wants */
+            absorb(rt, before); /* the driver has less than the pool wants */
             break;
         }
         n++;
@@ -644,6 +645,7 @@ static bool chunks_reserve(const fa_cudart *rt, devstate *d, int dev, uint64_t t
             drv_free(rt, d, got[i], NULL, NULL);
     }
     pthread_mutex_unlock(&d->lock);
+    absorb(rt, before);
     free(got);
     if (want)
         fa_info("device %d: pool of %zu MiB in %zu chunks (%zu MiB wanted)", dev, added * (chunk >> 20), added,
@@ -710,9 +712,9 @@ static bool grow_pool(const fa_cudart *rt, devstate *d)
     if (!may)
         return false;
     void *p = NULL;
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     if (drv_malloc(rt, d, &p, chunk) != 0) {
-        absorb(rt, clear);
+        absorb(rt, before);
         return false;
     }
     /* A reset while the driver was asked (and perhaps a new pool since)
@@ -723,9 +725,9 @@ static bool grow_pool(const fa_cudart *rt, devstate *d)
     sync_stats(d);
     pthread_mutex_unlock(&d->lock);
     if (!ok) {
-        clear = error_clear(rt);
+        before = error_peek(rt);
         if (drv_free(rt, d, p, NULL, NULL) != 0)
-            absorb(rt, clear); /* already gone with the reset */
+            absorb(rt, before); /* already gone with the reset */
     }
     return ok;
 }
@@ -792,19 +794,18 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
     epoch e;
     if (capturing() || !rt->cudaDeviceSynchronize || !epoch_begin(d, &e))
         return false;
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     int cur = thread_device(rt);
     if (cur != dev && (!rt->cudaSetDevice || rt->cudaSetDevice(dev) != 0)) {
-        absorb(rt, clear);
+        absorb(rt, before);
         return false; /* the sync would wait for the wrong device */
     }
     fa_cuda_error r = drv_sync(rt, d);
     if (cur >= 0 && cur != dev)
         rt->cudaSetDevice(cur);
-    if (r != 0) {
-        absorb(rt, clear);
+    absorb(rt, before);
+    if (r != 0)
         return false;
-    }
     epoch_end(d, e);
     return true;
 }
@@ -876,8 +877,11 @@ static bool give_back(const fa_cudart *rt, devstate *d, int dev)
     }
     sync_stats(d);
     pthread_mutex_unlock(&d->lock);
-    if (chunk)
+    if (chunk) {
+        fa_cuda_error before = error_peek(rt);
         drv_free(rt, d, (void *)base, NULL, NULL);
+        absorb(rt, before);
+    }
     return any;
 }
 
@@ -886,19 +890,19 @@ static bool give_back(const fa_cudart *rt, devstate *d, int dev)
  * is retried.  The last answer is the driver's. */
 static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, void **out, size_t n)
 {
-    bool clear = error_clear(rt);
+    fa_cuda_error before = error_peek(rt);
     fa_cuda_error r;
     for (;;) {
         r = drv_malloc(rt, d, out, n);
         if (r != FA_CUDA_ERROR_MEMORY_ALLOCATION || capturing())
             break;
         if (sync_device(rt, d, dev) && pool_alloc(d, dev, n, out)) {
-            absorb(rt, clear); /* served after all: no error remains */
+            absorb(rt, before); /* served after all: no error remains */
             return 0;
         }
         if (!give_back(rt, d, dev))
             break;
-        absorb(rt, clear); /* the error we are retrying past */
+        absorb(rt, before); /* the error we are retrying past */
     }
     if (r == 0 && *out) {
         pthread_mutex_lock(&map_lock);
@@ -921,7 +925,7 @@ static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, voi
 
 fa_device_room fa_device_room_begin(void)
 {
-    fa_device_room room = {error_clear(fa_cudart_get()), false};
+    fa_device_room room = {error_peek(fa_cudart_get()), false};
     return room;
 }
 
@@ -938,7 +942,7 @@ bool fa_device_room_make(fa_device_room *room)
         more = sync_device(rt, d, dev) && give_back(rt, d, dev);
     }
     if (more)
-        absorb(rt, room->was_clear);
+        absorb(rt, room->before);
     return more;
 }
 
@@ -1023,6 +1027,21 @@ static void bound_sync_done(devstate *d, bool synced)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* Whether p lies inside some device's pool (a block of it or not). */
+static bool in_a_pool(uintptr_t p)
+{
+    bool pooled = false;
+    for (int dev = 0; dev < FA_MAX_DEVICES && !pooled; dev++) {
+        devstate *d = &devs[dev];
+        if (state_of(d) != READY)
+            continue;
+        pthread_mutex_lock(&d->lock);
+        pooled = d->state == READY && (d->kind == KIND_VMM ? fa_vm_contains(&d->vm, p) : fa_pool_owns(&d->pool, p));
+        pthread_mutex_unlock(&d->lock);
+    }
+    return pooled;
+}
+
 /* A pointer inside the pool that is no live block (double free, interior
  * pointer) is refused with cudaErrorInvalidValue, and that error is left
  * as the runtime's last error, as the driver's refusal would be: a
@@ -1034,12 +1053,52 @@ static fa_cuda_error refuse(const fa_cudart *rt)
     return FA_CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Whether the runtime's cudaFreeAsync on stream s (ptsz: its per-thread
+ * name) would accept a block from cudaMalloc: 0, or the error it returns,
+ * left as the thread's last error as its refusal leaves it; the block is
+ * then not freed.
+ *  - A stream the runtime does not know (a bogus or destroyed handle): its
+ *    answer to cudaStreamIsCapturing (cudaErrorInvalidResourceHandle).
+ *  - A stream being captured: the free would become a free node of the
+ *    graph, and CUDA takes only graph allocations (cudaMallocAsync during a
+ *    capture) there; a cudaMalloc block is refused with
+ *    cudaErrorInvalidValue and stays allocated.  The pool refuses alike:
+ *    quarantined, the block would be reused after the next synchronisation
+ *    while the graph, launched any time later, still uses it.  (Whether
+ *    the runtime's refusal also invalidates the capture is not known here;
+ *    the pool's leaves it as it was.)
+ * cudaStreamIsCapturing is legal during a capture.  On the legacy stream
+ * while a blocking stream captures it answers
+ * cudaErrorStreamCaptureImplicit, the error a cudaFreeAsync there meets
+ * too (the pool's refusal leaves the capture as it was). */
+static fa_cuda_error async_free_refused(const fa_cudart *rt, fa_cuda_stream s, bool ptsz)
+{
+    if (!rt->cudaStreamIsCapturing)
+        return 0;
+    if (ptsz && !s)
+        s = FA_CUDA_STREAM_PER_THREAD; /* the non-ptsz function reads NULL as the legacy stream */
+    fa_cuda_capture_status status = FA_CUDA_CAPTURE_STATUS_NONE;
+    fa_cuda_error r = rt->cudaStreamIsCapturing(s, &status);
+    if (r != 0 || status == FA_CUDA_CAPTURE_STATUS_NONE)
+        return r;
+    /* Active or invalidated: refused, cudaErrorInvalidValue left as the
+     * last error by a call that fails just so during a capture. */
+    rt->cudaStreamIsCapturing(s, NULL);
+    return FA_CUDA_ERROR_INVALID_VALUE;
+}
+
 /* cudaFree (async NULL) or cudaFreeAsync of p (not NULL).  A pool block
  * waits in quarantine until the next device synchronisation, which covers
- * the work any stream queued before the free, so both are served alike. */
+ * the work any stream queued before the free, so both are served alike
+ * (a cudaFreeAsync once its stream passed async_free_refused). */
 static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
                                 fa_cuda_stream s)
 {
+    if (async && in_a_pool((uintptr_t)p)) {
+        fa_cuda_error r = async_free_refused(rt, s, async == rt->cudaFreeAsync_ptsz);
+        if (r != 0)
+            return r;
+    }
     int full;
     int res = pool_free((uintptr_t)p, &full);
     if (full >= 0) /* leaves no error behind, succeeds or not */
@@ -1110,7 +1169,7 @@ fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b)
         uint64_t idle = 0;
         pthread_mutex_lock(&d->lock);
         if (d->state == READY && d->kind == KIND_VMM)
-            idle = d->vm.idle + d->vm.quarantined; /* whole idle pieces, and what a sync frees */
+            idle = d->vm.idle + d->vm.reclaimable; /* whole idle pieces, and those a sync makes idle */
         else if (d->state == READY && d->kind == KIND_CHUNKS)
             idle = fa_pool_idle(&d->pool);
         pthread_mutex_unlock(&d->lock);
@@ -1146,9 +1205,9 @@ fa_cuda_error fa_device_reset(void)
      * another device's stream captures: a sync would invalidate that. */
     if (state_of(d) == READY && __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE) == KIND_VMM &&
         rt->cudaDeviceSynchronize && !capturing()) {
-        bool clear = error_clear(rt);
+        fa_cuda_error before = error_peek(rt);
         if (drv_sync(rt, d) != 0)
-            absorb(rt, clear);
+            absorb(rt, before);
     }
     pthread_mutex_lock(&d->lock);
     while (d->state == RESERVING || d->state == RESETTING)
@@ -1204,17 +1263,7 @@ fa_cuda_error fa_device_ipc_get_handle(fa_cuda_ipc_handle *h, void *p)
     const fa_cudart *rt = runtime("cudaIpcGetMemHandle");
     if (!rt->cudaIpcGetMemHandle)
         return FA_CUDA_ERROR_INITIALIZATION;
-    bool pooled = false;
-    for (int dev = 0; dev < FA_MAX_DEVICES && !pooled; dev++) {
-        devstate *d = &devs[dev];
-        if (state_of(d) != READY)
-            continue;
-        pthread_mutex_lock(&d->lock);
-        pooled = d->state == READY && (d->kind == KIND_VMM ? fa_vm_contains(&d->vm, (uintptr_t)p)
-                                                           : fa_pool_owns(&d->pool, (uintptr_t)p));
-        pthread_mutex_unlock(&d->lock);
-    }
-    if (!pooled)
+    if (!in_a_pool((uintptr_t)p))
         return rt->cudaIpcGetMemHandle(h, p);
     /* A handle names a whole driver allocation; the receiver would map our
      * chunk or nothing, not this block. */
@@ -1279,9 +1328,9 @@ void fa_device_background(uint64_t now_ms)
                 /* The driver calls need the device's context on this thread. */
                 if (cur < 0)
                     cur = thread_device(rt);
-                bool clear = error_clear(rt);
+                fa_cuda_error before = error_peek(rt);
                 if (rt->cudaSetDevice && rt->cudaSetDevice(dev) != 0)
-                    absorb(rt, clear);
+                    absorb(rt, before);
                 ST_ADD(d, pieces_given_back, vm_release_idle(d, dev, d->target, true));
                 sync_stats(d);
             }

@@ -40,10 +40,10 @@ void fa_device_set_waker(bool (*wake)(void));
  * cudaMallocPitch, cudaMallocManaged): begin before the call; after each
  * failure for want of memory, make_room gives back what the pool holds
  * idle on the thread's device (after one synchronisation if freed blocks
- * pin it) and says whether to try again.  The error of a failure retried
- * past is cleared when the thread's last error was clear before. */
+ * pin it) and says whether to try again.  After a failure retried past,
+ * the thread's last error is what it was before the call. */
 typedef struct fa_device_room {
-    bool was_clear;
+    fa_cuda_error before; /* the thread's last error before the call */
     bool synced;
 } fa_device_room;
 fa_device_room fa_device_room_begin(void);

@@ -36,7 +36,7 @@ bool fa_vm_init(fa_vm *v, uintptr_t base, size_t zone)
     v->ngran = (uint32_t)((2 * zone) >> FA_VM_GRANULE_SHIFT);
     /* Zero-filled on demand: gran_piece holds piece index + 1 (0: none),
      * so nothing is touched here whatever the reservation's size. */
-    size_t bytes = (size_t)v->ngran * (2 * sizeof(uint32_t) + sizeof(fa_vm_piece));
+    size_t bytes = (size_t)v->ngran * (sizeof(uint32_t) + sizeof(fa_vm_gran) + sizeof(fa_vm_piece));
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
         fa_buddy_destroy(&v->small);
@@ -44,9 +44,9 @@ bool fa_vm_init(fa_vm *v, uintptr_t base, size_t zone)
         return false;
     }
     v->meta_bytes = bytes;
-    v->pieces = m; /* first: 8-byte aligned */
-    v->gran_piece = (uint32_t *)(v->pieces + v->ngran);
-    v->gran_use = v->gran_piece + v->ngran;
+    v->pieces = m; /* first, then gran: 8-byte aligned */
+    v->gran = (fa_vm_gran *)(v->pieces + v->ngran);
+    v->gran_piece = (uint32_t *)(v->gran + v->ngran);
     v->base = base;
     v->zone = zone;
     v->free_slot = v->idle_head[SMALL] = v->idle_head[LARGE] = v->idle_tail[SMALL] = v->idle_tail[LARGE] = FA_VM_NIL;
@@ -166,23 +166,57 @@ static bool steal(fa_vm *v, const fa_vm_driver *drv, void *ctx, uint64_t *handle
 
 /* ---- use of granules ----------------------------------------------------- */
 
-/* Small zone: [a, a+bytes) taken (add) or given back; pieces whose
- * granule changes between unused and used leave or join the idle list. */
-static void small_use(fa_vm *v, uintptr_t a, size_t bytes, bool add)
+/* A small-zone granule whose taken bytes are all quarantined: its piece
+ * goes idle at the next synchronisation. */
+static bool whole_quarantine(const fa_vm_gran *x) { return x->use && x->use == x->quar; }
+
+enum small_change { TAKE, UNTAKE, QUARANTINE, UNQUARANTINE };
+
+/* Small zone: the bytes of [a, a+bytes) are taken by a live block (TAKE),
+ * given back by one (UNTAKE), quarantined by its free (QUARANTINE), or
+ * given back from the quarantine (UNQUARANTINE).  Pieces whose granule
+ * changes between unused and used leave or join the idle list, and
+ * `reclaimable` follows the granules that are wholly quarantined: the
+ * live bytes a change adds or removes make a granule stop or start being
+ * one, and quarantined bytes leaving empty it.  Inlined: `how` is a
+ * constant at every call (cudaMalloc and cudaFree run through here). */
+static inline __attribute__((always_inline)) void small_change(fa_vm *v, uintptr_t a, size_t bytes,
+                                                                enum small_change how)
 {
     uint32_t g = gran_of(v, a), last = gran_of(v, a + bytes - 1);
     for (; g <= last; g++) {
         uintptr_t gs = gran_addr(v, g), ge = gs + FA_VM_GRANULE;
         uintptr_t lo = a > gs ? a : gs, hi = a + bytes < ge ? a + bytes : ge;
-        uint32_t ov = (uint32_t)(hi - lo), i = piece_at(v, g);
-        if (add) {
-            if (v->gran_use[g] == 0 && i != FA_VM_NIL && v->pieces[i].idle)
-                idle_unlink(v, i);
-            v->gran_use[g] += ov;
-        } else {
-            v->gran_use[g] -= ov;
-            if (v->gran_use[g] == 0 && i != FA_VM_NIL)
-                idle_push(v, i);
+        uint32_t ov = (uint32_t)(hi - lo);
+        fa_vm_gran *x = &v->gran[g];
+        switch (how) {
+        case TAKE:
+            if (x->use == 0 && v->gran_piece[g] && v->pieces[piece_at(v, g)].idle)
+                idle_unlink(v, piece_at(v, g));
+            if (whole_quarantine(x))
+                v->reclaimable -= FA_VM_GRANULE;
+            x->use += ov;
+            break;
+        case QUARANTINE:
+            x->quar += ov;
+            if (x->quar == x->use)
+                v->reclaimable += FA_VM_GRANULE;
+            break;
+        case UNQUARANTINE:
+            if (x->use == ov && x->quar == ov)
+                v->reclaimable -= FA_VM_GRANULE; /* the last of a wholly quarantined granule */
+            x->quar -= ov;
+            x->use -= ov;
+            if (x->use == 0 && v->gran_piece[g])
+                idle_push(v, piece_at(v, g));
+            break;
+        case UNTAKE:
+            x->use -= ov;
+            if (whole_quarantine(x))
+                v->reclaimable += FA_VM_GRANULE;
+            else if (x->use == 0 && v->gran_piece[g])
+                idle_push(v, piece_at(v, g));
+            break;
         }
     }
 }
@@ -266,7 +300,7 @@ static void cache_flush(fa_vm *v)
 /* Undo a small placement that could not be backed. */
 static void unplace_small(fa_vm *v, uint32_t u, uintptr_t a, size_t taken, bool from_cache)
 {
-    small_use(v, a, taken, false); /* what was mapped stays, idle */
+    small_change(v, a, taken, UNTAKE); /* what was mapped stays, idle */
     if (from_cache) {
         fa_buddy_hold(&v->small, u);
         cache_put(v, u);
@@ -296,7 +330,7 @@ static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm
         u = fa_buddy_find(&v->small, a);
     }
     size_t taken = fa_buddy_alloc_bytes(&v->small, u);
-    small_use(v, a, taken, true);
+    small_change(v, a, taken, TAKE);
     uint32_t last = gran_of(v, a + taken - 1);
     for (uint32_t g = gran_of(v, a); g <= last;) {
         if (piece_at(v, g) != FA_VM_NIL) {
@@ -338,7 +372,7 @@ static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm
     return FA_VM_OK;
 }
 
-/* Large blocks: whole granules; gran_use at the first holds slack + 1. */
+/* Large blocks: whole granules; gran[].use at the first holds slack + 1. */
 static fa_vm_result alloc_large(fa_vm *v, size_t n, bool may_create, const fa_vm_driver *drv, void *ctx,
                                 uintptr_t *addr, unsigned *created)
 {
@@ -383,7 +417,7 @@ static fa_vm_result alloc_large(fa_vm *v, size_t n, bool may_create, const fa_vm
         ++*created;
         piece_add(v, g0, ng, h, true);
     }
-    v->gran_use[g0] = (uint32_t)(bytes - n) + 1;
+    v->gran[g0].use = (uint32_t)(bytes - n) + 1;
     v->in_use += bytes;
     v->requested += n;
     *addr = a;
@@ -412,8 +446,12 @@ fa_vm_free_result fa_vm_free(fa_vm *v, uintptr_t a, size_t *taken, size_t *reque
     if (u == FA_BUDDY_NIL)
         return FA_VM_BAD_POINTER;
     *taken = fa_buddy_alloc_bytes(b, u);
-    *requested = z == LARGE ? *taken - (v->gran_use[gran_of(v, a)] - 1) : fa_buddy_requested(b, u);
+    *requested = z == LARGE ? *taken - (v->gran[gran_of(v, a)].use - 1) : fa_buddy_requested(b, u);
     fa_buddy_hold(b, u);
+    if (z == SMALL)
+        small_change(v, a, *taken, QUARANTINE);
+    else
+        v->reclaimable += *taken; /* its piece, exactly */
     b->u[u].next = FA_BUDDY_NIL;
     b->u[u].prev = v->epoch;
     if (v->q_tail[z] == FA_VM_NIL)
@@ -446,12 +484,13 @@ uint64_t fa_vm_sync_end(fa_vm *v, uint32_t e)
             uintptr_t a = b->base + ((uintptr_t)u << b->min_shift);
             size_t bytes = fa_buddy_alloc_bytes(b, u);
             if (z == SMALL) {
-                small_use(v, a, bytes, false);
+                small_change(v, a, bytes, UNQUARANTINE);
                 cache_put(v, u); /* whole, for the next request of its size */
             } else {
                 fa_buddy_free_unit(b, u);
                 uint32_t g0 = gran_of(v, a), i = exact_piece(v, g0, (uint32_t)(bytes >> FA_VM_GRANULE_SHIFT));
-                v->gran_use[g0] = 0;
+                v->gran[g0].use = 0;
+                v->reclaimable -= bytes;
                 if (i != FA_VM_NIL)
                     idle_push(v, i);
             }
@@ -513,7 +552,7 @@ int fa_vm_check(const fa_vm *v)
         mapped += piece_bytes(p);
         for (uint32_t g = p->first; g < p->first + p->count; g++)
             problems += piece_at(v, g) != i;
-        bool unused = v->gran_use[p->first] == 0; /* small: the granule; large: the block's start */
+        bool unused = v->gran[p->first].use == 0; /* small: the granule; large: the block's start */
         problems += unused != p->idle;
         if (p->idle) {
             idle += piece_bytes(p);
@@ -537,5 +576,15 @@ int fa_vm_check(const fa_vm *v)
             queued++;
     }
     problems += queued != v->quarantined_blocks;
+    /* What the next synchronisation makes idle, counted afresh. */
+    uint64_t reclaimable = 0;
+    for (uint32_t g = 0; g < v->ngran / 2; g++) {
+        problems += v->gran[g].quar > v->gran[g].use;
+        reclaimable += whole_quarantine(&v->gran[g]) ? FA_VM_GRANULE : 0;
+    }
+    uint32_t walked = 0;
+    for (uint32_t u = v->q_head[LARGE]; u != FA_BUDDY_NIL && walked++ <= v->quarantined_blocks; u = v->large.u[u].next)
+        reclaimable += fa_buddy_alloc_bytes(&v->large, u);
+    problems += reclaimable != v->reclaimable;
     return problems;
 }

@@ -59,14 +59,19 @@ typedef struct fa_vm_piece {
     bool idle;
 } fa_vm_piece;
 
+typedef struct fa_vm_gran {
+    uint32_t use;  /* small zone: bytes taken in the granule (live or quarantined);
+                      large zone: nonzero at the first granule of a taken block */
+    uint32_t quar; /* small zone: of `use`, the bytes quarantined */
+} fa_vm_gran;
+
 typedef struct fa_vm {
     uintptr_t base; /* small zone [base, base+zone), large zone [base+zone, base+2*zone) */
     size_t zone;
     uint32_t ngran;         /* granules in the reservation */
     fa_buddy small, large;
     uint32_t *gran_piece;   /* per granule: its piece, or FA_VM_NIL */
-    uint32_t *gran_use;     /* small zone: bytes taken in the granule (live or quarantined);
-                               large zone: nonzero at the first granule of a taken block */
+    fa_vm_gran *gran;       /* per granule */
     fa_vm_piece *pieces;    /* slots, as many as granules; count 0: a free slot */
     uint32_t slots_used;    /* slots ever used */
     uint32_t free_slot;
@@ -84,6 +89,9 @@ typedef struct fa_vm {
     uint64_t requested;   /* asked for by live blocks */
     uint64_t quarantined; /* freed, waiting for a synchronisation */
     uint32_t quarantined_blocks; /* how many */
+    uint64_t reclaimable; /* bytes of pieces the next synchronisation makes idle: the large
+                             zone's quarantined blocks, and the small zone's granules whose
+                             every taken byte is quarantined (a live neighbour pins one) */
     uint64_t created;     /* pieces created */
     uint64_t stolen;      /* idle pieces unmapped to back another granule instead of creating one */
 } fa_vm;

@@ -754,6 +754,58 @@ static int room(void)
     return failures;
 }
 
+/* ---- the program's pending error survives the pool's own failed calls ----------------------------- */
+
+/* A program that left an error pending (it did not call cudaGetLastError
+ * yet) reads that same error after a call the pool served with the help
+ * of internal calls that failed and were handled.  Without the pool the
+ * call would have succeeded and left the error alone.  Run with
+ * FAKECUDA_MEM=1G and a 512 MiB pool; "reserve" with FAKECUDA_MEM=256M.
+ *  room:    cudaMallocAsync retried after the pool gave memory back;
+ *  malloc:  a cudaMalloc beyond the chunk, retried likewise (chunks);
+ *  reset:   cudaDeviceReset asks about the capture on its destroyed stream;
+ *  reserve: the chunk pool's first reservation gets fewer chunks than it
+ *           wants (the driver refused the rest). */
+static int pending_error(const char *what)
+{
+    if (strcmp(what, "room") == 0) {
+        void *a = dmalloc(vmm_expected() ? 500 * MiB : MiB), *p = NULL;
+        CHECK(cudaFree(a) == cudaSuccess);
+        CHECK(cudaMemset(NULL, 0, 1) == cudaErrorInvalidValue); /* pending now */
+        CHECK(cudaMallocAsync(&p, 700 * MiB, NULL) == cudaSuccess);
+        CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+        CHECK(cudaFreeAsync(p, NULL) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
+    } else if (strcmp(what, "malloc") == 0) {
+        void *a = dmalloc(MiB), *p = NULL;
+        CHECK(cudaFree(a) == cudaSuccess);
+        CHECK(cudaSetDevice(99) == cudaErrorInvalidDevice);
+        CHECK(cudaMalloc(&p, 700 * MiB) == cudaSuccess);
+        CHECK(cudaGetLastError() == cudaErrorInvalidDevice);
+        CHECK(cudaFree(p) == cudaSuccess);
+    } else if (strcmp(what, "reset") == 0) {
+        void *a = dmalloc(MiB), *p = NULL;
+        CHECK(cudaMalloc(&p, (size_t)4 << 30) == cudaErrorMemoryAllocation);
+        cudaStream_t s;
+        CHECK(cudaStreamCreateWithFlags(&s, 1) == cudaSuccess);
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+        CHECK(cudaDeviceReset() == cudaSuccess);
+        CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+        (void)a; /* gone with the reset */
+    } else if (strcmp(what, "reserve") == 0) {
+        void *p = NULL;
+        CHECK(cudaMemset(NULL, 0, 1) == cudaErrorInvalidValue);
+        CHECK(cudaMalloc(&p, MiB) == cudaSuccess); /* the first: the pool is reserved */
+        CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+        CHECK(stat_of("device.0.pool_bytes") > 0);
+        CHECK(cudaFree(p) == cudaSuccess);
+    } else {
+        fprintf(stderr, "d_pool: pending_error room|malloc|reset|reserve\n");
+        return 1;
+    }
+    CHECK(cudaGetLastError() == cudaSuccess);
+    return failures;
+}
+
 /* ---- calls that are only counted ------------------------------------------------------------------ */
 
 static int passthrough(void)
@@ -817,6 +869,106 @@ static int free_async(void)
         CHECK(cudaFree(c[i]) == cudaSuccess);
     CHECK(cudaFree(b) == cudaSuccess);
     cudaStreamDestroy(s);
+    return failures;
+}
+
+/* cudaFreeAsync of a pool block is refused, and the block stays allocated
+ * and untouched, where the runtime refuses it for a cudaMalloc block: a
+ * stream it does not know (cudaErrorInvalidResourceHandle), and a stream
+ * being captured, where the free would be a free node of the graph and
+ * must name a graph allocation (cudaErrorInvalidValue).  The captured
+ * graph may use the block whenever it is launched: the block is never
+ * handed out again meanwhile.  The per-thread stream's NULL is a stream. */
+static int free_async_refused(void)
+{
+    cudaStream_t s, gone;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&gone, 1) == cudaSuccess);
+    CHECK(cudaStreamDestroy(gone) == cudaSuccess);
+    unsigned char *a = dmalloc(MiB), *b = dmalloc(MiB);
+    void *big = dmalloc(100 * MiB); /* the driver's block in the chunk pool, a piece of the pool's otherwise */
+    memset(a, 5, MiB);
+    memset(b, 6, MiB);
+    uint64_t frees = stat_of("device.0.frees"), in_use = stat_of("device.0.in_use_bytes");
+    CHECK(cudaFreeAsync(a, (cudaStream_t)(uintptr_t)0xdead000) == cudaErrorInvalidResourceHandle);
+    CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    CHECK(cudaFreeAsync(a, gone) == cudaErrorInvalidResourceHandle);
+    CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    CHECK(cudaFreeAsync_ptsz(a, (cudaStream_t)(uintptr_t)0xdead000) == cudaErrorInvalidResourceHandle);
+    CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    CHECK(stat_of("device.0.frees") == frees && stat_of("device.0.in_use_bytes") == in_use);
+
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaFreeAsync(b, s) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    CHECK(cudaFreeAsync(big, s) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    CHECK(stat_of("device.0.frees") == frees && stat_of("device.0.in_use_bytes") == in_use);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+
+    /* Nothing was freed: after a sync, new blocks are elsewhere and the
+     * contents are intact. */
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    unsigned char *c[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = dmalloc(MiB);
+        CHECK(c[i] != a && c[i] != b);
+        if (c[i])
+            memset(c[i], 9, MiB);
+    }
+    CHECK(a[0] == 5 && a[MiB - 1] == 5 && b[0] == 6 && b[MiB - 1] == 6);
+    /* They free normally now, on the per-thread default stream too. */
+    CHECK(cudaFreeAsync_ptsz(a, NULL) == cudaSuccess);
+    CHECK(cudaFreeAsync(b, s) == cudaSuccess);
+    CHECK(cudaFreeAsync(big, s) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(stat_of("device.0.frees") == frees + 3);
+    for (int i = 0; i < 8; i++)
+        CHECK(cudaFree(c[i]) == cudaSuccess);
+    CHECK(stat_of("device.0.in_use_bytes") == 0);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
+/* ---- what a program learns about a pool block ------------------------------------------------------ */
+
+/* cudaPointerGetAttributes answers for a pool block as for a cudaMalloc
+ * block (device memory of this device, the pointer itself), interior
+ * pointers too, so the shim leaves it alone; the runtime has no range
+ * query.  The driver's cuMemGetAddressRange, which the shim does not take
+ * (programs reach it through libcuda or cudaGetDriverEntryPoint), names
+ * the allocation that holds the block, not the block: the chunk with
+ * chunks, the 2 MiB piece of a small block with pieces; a large block of
+ * the pieces pool is its own piece (its run of 2 MiB, as a cudaMalloc of
+ * that size would be), and so is a driver-served block. */
+static int ranges(void)
+{
+    fa_cu_result (*range)(fa_cu_ptr *, size_t *, fa_cu_ptr) = NULL;
+    CHECK(cudaGetDriverEntryPoint("cuMemGetAddressRange", (void **)&range, 0, NULL) == cudaSuccess && range);
+    unsigned char *small = dmalloc(MiB), *large = dmalloc(100 * MiB);
+    if (!range || !small || !large)
+        return failures + 1;
+    const void *probe[] = {small, small + 4096, small + MiB - 1, large, large + 99 * MiB};
+    for (size_t i = 0; i < sizeof probe / sizeof probe[0]; i++) {
+        struct cudaPointerAttributes at;
+        CHECK(cudaPointerGetAttributes(&at, probe[i]) == cudaSuccess);
+        CHECK(at.type == cudaMemoryTypeDevice && at.device == 0 && at.devicePointer == probe[i] &&
+              at.hostPointer == NULL);
+    }
+    fa_cu_ptr base = 0;
+    size_t size = 0;
+    CHECK(range(&base, &size, (fa_cu_ptr)(uintptr_t)(small + 4096)) == 0);
+    printf("small block %p: range %#llx + %zu\n", (void *)small, base, size);
+    if (vmm())
+        CHECK(base == ((uintptr_t)small & ~(2 * MiB - 1)) && size == 2 * MiB); /* its piece */
+    else
+        CHECK(size == 64 * MiB && base <= (uintptr_t)small && (uintptr_t)small + MiB <= base + size); /* its chunk */
+    CHECK(range(&base, &size, (fa_cu_ptr)(uintptr_t)(large + 4096)) == 0);
+    printf("large block %p: range %#llx + %zu\n", (void *)large, base, size);
+    CHECK(base == (uintptr_t)large && size == 100 * MiB);
+    CHECK(cudaFree(small) == cudaSuccess && cudaFree(large) == cudaSuccess);
     return failures;
 }
 
@@ -931,6 +1083,32 @@ static void free_count_holds(const char *when)
     } else if (p) {
         CHECK(cudaFree(p) == cudaSuccess);
     }
+}
+
+/* Pieces: a freed small block counts as free in cudaMemGetInfo only with
+ * the whole 2 MiB granule it lies in, which a live neighbour pins (the
+ * pool can give back only whole pieces); and a granule it shares with
+ * nothing live counts whole.  What it says can be had.  Run with
+ * FAKECUDA_MEM=256M. */
+static int meminfo_pinned(void)
+{
+    size_t f0, f, t;
+    CHECK(cudaMemGetInfo(&f0, &t) == cudaSuccess);
+    unsigned char *a = dmalloc(MiB), *b = dmalloc(MiB);
+    CHECK(((uintptr_t)a >> 21) == ((uintptr_t)b >> 21)); /* one granule */
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess && f == f0 - 2 * MiB);
+    CHECK(cudaFree(a) == cudaSuccess);
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    printf("a freed, b live: meminfo_free %zu (device %zu)\n", f, f0);
+    CHECK(f == f0 - 2 * MiB); /* b pins a's granule */
+    free_count_holds("a freed, b live");
+    CHECK(cudaFree(b) == cudaSuccess);
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    printf("both freed: meminfo_free %zu\n", f);
+    CHECK(f == f0); /* nothing live in the granule: all of it */
+    free_count_holds("both freed");
+    CHECK(fakecuda_faults(0) == 0);
+    return failures;
 }
 
 /* 20 MiB blocks (PyTorch's segments for 1-10 MiB tensors) fill the device:
@@ -1134,6 +1312,12 @@ int main(int argc, char **argv)
         return errors() ? 1 : 0;
     if (strcmp(mode, "capture") == 0)
         return capture() ? 1 : 0;
+    if (strcmp(mode, "free_async_refused") == 0)
+        return free_async_refused() ? 1 : 0;
+    if (strcmp(mode, "pending_error") == 0)
+        return pending_error(argc > 2 ? argv[2] : "") ? 1 : 0;
+    if (strcmp(mode, "ranges") == 0)
+        return ranges() ? 1 : 0;
     if (strcmp(mode, "passthrough") == 0)
         return passthrough() ? 1 : 0;
     if (strcmp(mode, "free_async") == 0)
@@ -1146,6 +1330,8 @@ int main(int argc, char **argv)
         return frag() ? 1 : 0;
     if (strcmp(mode, "packing") == 0)
         return packing() ? 1 : 0;
+    if (strcmp(mode, "meminfo_pinned") == 0)
+        return meminfo_pinned() ? 1 : 0;
     if (strcmp(mode, "pressure") == 0)
         return pressure() ? 1 : 0;
     if (strcmp(mode, "peer") == 0)
@@ -1157,7 +1343,8 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
-                    "|reset_race|errors|capture|passthrough|free_async|blind|frag|packing|pressure|peer|large|kind|giveback [S [capture]]\n"
-                    "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n");
+                    "|reset_race|errors|capture|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
+                    "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;
 }

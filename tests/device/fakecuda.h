@@ -156,8 +156,12 @@ enum {
     X(cudaGetDriverEntryPoint)              \
     X(cudaGetDriverEntryPointByVersion)
 
-/* The driver functions of the virtual-memory API the stand-in plays.  Like
- * NVIDIA's they are not exported by libcudart: a program gets them from
+/* The driver functions the stand-in plays: the virtual-memory API, and
+ * cuMemGetAddressRange (CUresult (CUdeviceptr *base, size_t *size,
+ * CUdeviceptr p): the allocation holding p: a cudaMalloc's, or for mapped
+ * memory the mapping of the physical piece, as the real driver answers;
+ * CUDA_ERROR_NOT_FOUND (500) elsewhere).  Like NVIDIA's they are not
+ * exported by libcudart: a program gets them from
  * cudaGetDriverEntryPoint[ByVersion].  Counted by fakecuda_calls too. */
 #define FAKECUDA_DRIVER_FUNCS(X)            \
     X(cuDeviceGetAttribute)                 \
@@ -168,7 +172,8 @@ enum {
     X(cuMemRelease)                         \
     X(cuMemMap)                             \
     X(cuMemUnmap)                           \
-    X(cuMemSetAccess)
+    X(cuMemSetAccess)                       \
+    X(cuMemGetAddressRange)
 
 FAKECUDA_API cudaError_t cudaGetDeviceCount(int *count);
 FAKECUDA_API cudaError_t cudaGetDevice(int *device);

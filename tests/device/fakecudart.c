@@ -3,9 +3,10 @@
  *   with 512-byte first-fit placement within a capacity (FAKECUDA_MEM[_<n>]); per-thread current device, last error
  *   and capture mode; streams and events whose work (fills, copies, event records, async frees) is queued and lands
  *   only at synchronisation points, with the legacy stream's implicit ordering; stream capture and its invalidation
- *   by illegal calls; pointer attributes; IPC handles; fork (driver calls in the child fail, as in CUDA); peer access
- *   to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap, ...: see "virtual memory" below),
- *   reached only through cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
+ *   by illegal calls; pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
+ *   child fail, as in CUDA); peer access to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap,
+ *   ...: see "virtual memory" below) and cuMemGetAddressRange, reached only through
+ *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
  *   FAKECUDA_VMM=noentry makes the entry points find nothing; FAKECUDA_DELAY_MS=N (0..60000) makes cudaMalloc,
  *   cuMemCreate and cuMemAddressReserve slow: each takes effect (and is counted) at once and returns N ms later,
  *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits;
@@ -88,6 +89,7 @@ struct alloc {
     int device;  /* owner; for host and managed memory the device current at allocation */
     enum alloc_kind kind;
     int free_queued; /* a cudaFreeAsync is queued and has not landed */
+    int graph;       /* from cudaMallocAsync on a capturing stream: a graph allocation */
 };
 
 struct device {
@@ -1253,6 +1255,13 @@ static cudaError_t do_pointer_attributes(struct cudaPointerAttributes *at, const
         at->hostPointer = (void *)p;
         return cudaSuccess;
     }
+    struct vm_mapping *m = mapping_at(p);
+    if (m) { /* a physical piece mapped there (cuMemMap): device memory of the piece's device */
+        at->type = cudaMemoryTypeDevice;
+        at->device = m->piece->device;
+        at->devicePointer = (void *)p;
+        return cudaSuccess;
+    }
     at->type = cudaMemoryTypeUnregistered;
     at->device = cudaInvalidDeviceId;
     at->hostPointer = (void *)p;
@@ -1348,11 +1357,21 @@ static cudaError_t do_malloc_async(void **p, size_t n, cudaStream_t h)
         return rc;
     if (s->cap_status == cudaStreamCaptureStatusInvalidated)
         return cudaErrorStreamCaptureInvalidated;
-    return n ? device_alloc(s->device, n, AK_ASYNC, p) : cudaSuccess;
+    if (!n)
+        return cudaSuccess;
+    rc = device_alloc(s->device, n, AK_ASYNC, p);
+    if (!rc && s->cap_status == cudaStreamCaptureStatusActive)
+        device_alloc_at(*p)->graph = 1; /* an allocation node of the graph */
+    return rc;
 }
 
-/* The free happens when the stream's work lands; a free recorded into a
- * capture never happens, and the memory stays allocated. */
+/* The free happens when the stream's work lands.  On a capturing stream
+ * it becomes a free node of the graph, which CUDA only accepts for a graph
+ * allocation (cudaMallocAsync during a capture): anything else, memory
+ * from cudaMalloc included, is refused with cudaErrorInvalidValue and stays
+ * allocated (whether the real runtime also invalidates the capture then is
+ * not modelled).  A recorded free never happens, and the memory stays
+ * allocated. */
 static cudaError_t do_free_async(void *p, cudaStream_t h)
 {
     struct CUstream_st *s;
@@ -1360,7 +1379,7 @@ static cudaError_t do_free_async(void *p, cudaStream_t h)
     if (rc || !p)
         return rc;
     struct alloc *a = freeable_at(p, 0);
-    if (!a)
+    if (!a || (s->cap_status == cudaStreamCaptureStatusActive && !a->graph))
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FREE, .target = a};
     uint64_t seq;
@@ -1495,9 +1514,9 @@ static cudaError_t do_enqueue_fill(cudaStream_t h, void *dst, int byte, size_t l
 
 /* ---- virtual memory (the driver API) ---------------------------------------------------
  * CUresult values used: 0 CUDA_SUCCESS, 1 CUDA_ERROR_INVALID_VALUE, 2 CUDA_ERROR_OUT_OF_MEMORY,
- * 3 CUDA_ERROR_NOT_INITIALIZED, 101 CUDA_ERROR_INVALID_DEVICE, 801 CUDA_ERROR_NOT_SUPPORTED. */
+ * 3 CUDA_ERROR_NOT_INITIALIZED, 101 CUDA_ERROR_INVALID_DEVICE, 500 CUDA_ERROR_NOT_FOUND, 801 CUDA_ERROR_NOT_SUPPORTED. */
 
-enum { CU_OK = 0, CU_INVALID = 1, CU_OOM = 2, CU_INVALID_DEVICE = 101, CU_NOT_SUPPORTED = 801 };
+enum { CU_OK = 0, CU_INVALID = 1, CU_OOM = 2, CU_INVALID_DEVICE = 101, CU_NOT_FOUND = 500, CU_NOT_SUPPORTED = 801 };
 
 static int granular(size_t v) { return v % FC_GRANULARITY == 0; }
 
@@ -1783,6 +1802,24 @@ static int do_cu_set_access(fa_cu_ptr ptr, size_t size, const fa_cu_access_desc 
         mprotect(m->va, m->size, m->access ? PROT_READ | PROT_WRITE : PROT_NONE);
         c += m->size;
     }
+    return CU_OK;
+}
+
+/* The allocation holding p: a device allocation of the runtime (cudaMalloc,
+ * cudaMallocAsync, ...), or the mapping of one physical piece: for memory
+ * mapped with cuMemMap the real driver answers with the piece's mapping,
+ * not the reservation nor neighbouring pieces. */
+static int do_cu_address_range(fa_cu_ptr *base, size_t *size, fa_cu_ptr ptr)
+{
+    const void *p = (const void *)(uintptr_t)ptr;
+    struct alloc *a = device_alloc_at(p);
+    struct vm_mapping *m = a ? NULL : mapping_at(p);
+    if (!a && !m)
+        return CU_NOT_FOUND;
+    if (base)
+        *base = (fa_cu_ptr)(uintptr_t)(a ? a->addr : m->va);
+    if (size)
+        *size = a ? a->size : m->size;
     return CU_OK;
 }
 
@@ -2357,6 +2394,8 @@ FC_DRIVER(cuMemMap, (fa_cu_ptr p, size_t size, size_t off, fa_cu_handle h, unsig
 FC_DRIVER(cuMemUnmap, (fa_cu_ptr p, size_t size), do_cu_unmap(p, size), "ptr=%llx size=%zu", p, size)
 FC_DRIVER(cuMemSetAccess, (fa_cu_ptr p, size_t size, const fa_cu_access_desc *d, size_t n),
           do_cu_set_access(p, size, d, n), "ptr=%llx size=%zu n=%zu", p, size, n)
+FC_DRIVER(cuMemGetAddressRange, (fa_cu_ptr *base, size_t *size, fa_cu_ptr p), do_cu_address_range(base, size, p),
+          "ptr=%llx", p)
 #undef FC_DRIVER
 
 static const struct {

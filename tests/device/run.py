@@ -145,12 +145,33 @@ def case_capture():
     ok(run(["capture"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "stream capture")
 
 
+def case_pending_error():
+    """An error the program left pending is what it reads after calls the pool served with internal calls
+    that failed (the pool's own errors are not left in its place)."""
+    for what in ("room", "malloc", "reset"):
+        ok(run(["pending_error", what], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="512M"),
+           f"pending error, {what}")
+    ok(run(["pending_error", "reserve"], FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="512M"),
+       "pending error, reserve")
+
+
 def case_passthrough():
     ok(run(["passthrough"]), "pass-through counts")
 
 
 def case_free_async():
     ok(run(["free_async"]), "cudaFreeAsync of cudaMalloc's blocks")
+
+
+def case_free_async_refused():
+    ok(run(["free_async_refused"]), "cudaFreeAsync of pool blocks on unknown and capturing streams")
+
+
+def case_ranges():
+    """Pool blocks under cudaPointerGetAttributes (as cudaMalloc blocks) and the driver's cuMemGetAddressRange
+    (the allocation that holds them: chunk or piece, not the block)."""
+    r = ok(run(["ranges"]), "pointer attributes and address ranges of pool blocks")
+    print(r.stdout.strip())
 
 
 def case_blind():
@@ -278,6 +299,13 @@ def case_frag_quarter():
 def case_packing():
     """20 MiB blocks fill the device (three to a chunk); cudaMemGetInfo's free can be allocated."""
     r = ok(run(["packing"], FAKECUDA_MEM="1G"), "packing")
+    print(r.stdout.strip())
+
+
+def case_meminfo_pinned():
+    """Pieces: cudaMemGetInfo counts a freed small block only with its whole granule, never one a live
+    neighbour pins; what it says is free can be allocated."""
+    r = ok(run(["meminfo_pinned"], FAKECUDA_MEM="256M"), "cudaMemGetInfo with pinned granules")
     print(r.stdout.strip())
 
 

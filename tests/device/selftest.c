@@ -541,6 +541,9 @@ static void test_capture(void)
     CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "capturing");
     CHECK(capture_status(s2) == cudaStreamCaptureStatusNone && capture_status(NULL) == cudaStreamCaptureStatusNone,
           "other streams are not");
+    EXPECT(cudaFreeAsync(b, s), cudaErrorInvalidValue); /* a free node needs a graph allocation */
+    CHECK(fakecuda_device_of(b) == 0, "the refused free freed nothing");
+    EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
     EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
     OK(fakecuda_enqueue_fill(s, b, 1, 16));
     OK(cudaMemsetAsync(b, 2, 16, s));
@@ -1268,6 +1271,22 @@ static void test_vmm(void)
     CHECK(d.cuMemSetAccess(r, 3 * G2, &acc, 1) == 1, "access only over mapped memory");
     CHECK(d.cuMemSetAccess(r, 2 * G2, &acc, 1) == 0, "access once for a run of mappings");
     va[0] = 5; /* the host (the tests) reads and writes it now */
+    struct cudaPointerAttributes at;
+    OK(cudaPointerGetAttributes(&at, va + G2 + 100));
+    CHECK(at.type == cudaMemoryTypeDevice && at.device == 0 && at.devicePointer == va + G2 + 100,
+          "mapped memory is device memory: type %d device %d", at.type, at.device);
+    OK(cudaPointerGetAttributes(&at, va + 2 * G2));
+    CHECK(at.type == cudaMemoryTypeUnregistered, "reserved, not mapped: %d", at.type);
+    fa_cu_result (*range)(fa_cu_ptr *, size_t *, fa_cu_ptr) = NULL;
+    OK(cudaGetDriverEntryPoint("cuMemGetAddressRange", (void **)&range, 0, &st));
+    fa_cu_ptr rb = 0;
+    size_t rs = 0;
+    CHECK(range && range(&rb, &rs, r + G2 + 100) == 0 && rb == r + G2 && rs == G2, "the range of one piece's mapping");
+    CHECK(range(&rb, &rs, r + 2 * G2) == 500, "not mapped: not found");
+    OK(cudaMalloc(&p, 5000));
+    CHECK(range(&rb, &rs, (fa_cu_ptr)(uintptr_t)p + 4000) == 0 && rb == (fa_cu_ptr)(uintptr_t)p && rs == 5120,
+          "a cudaMalloc block: its base and (rounded) size");
+    OK(cudaFree(p));
     CHECK(d.cuMemUnmap(r, G2 / 2) == 1 && d.cuMemUnmap(r, 3 * G2) == 1, "unmap whole mappings only");
 
     /* Unmapping waits for nothing: work queued before lands as a fault. */

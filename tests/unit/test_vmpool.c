@@ -395,6 +395,93 @@ static void test_reuse_cache(void **state)
     assert_int_equal(fa_vm_free(&vm, b, &(size_t){0}, &(size_t){0}), FA_VM_BAD_POINTER); /* cached is not live */
 }
 
+/* What the next synchronisation makes idle (cudaMemGetInfo counts it as
+ * free): whole granules whose every taken byte is quarantined, and large
+ * blocks' pieces; never a granule a live neighbour pins. */
+static void test_reclaimable(void **state)
+{
+    (void)state;
+    uintptr_t a = take(MiB), b = take(MiB);
+    assert_int_equal(a / G, b / G);
+    give(a);
+    assert_int_equal(vm.quarantined, MiB);
+    assert_int_equal(vm.reclaimable, 0); /* b pins the granule */
+    assert_int_equal(fa_vm_check(&vm), 0);
+    give(b);
+    assert_int_equal(vm.reclaimable, G);
+    assert_int_equal(fa_vm_check(&vm), 0);
+    sync_all();
+    assert_int_equal(vm.reclaimable, 0);
+    assert_int_equal(vm.idle, G); /* as counted */
+
+    uintptr_t c = take(MiB); /* alone in its granule: all of it comes back */
+    give(c);
+    assert_int_equal(vm.reclaimable, G);
+    sync_all();
+    assert_int_equal(vm.idle, G);
+
+    /* A block over two granules, a live neighbour in the second (a size
+     * the reuse cache does not hold: placed on backed free space). */
+    uintptr_t d = take(3 * MiB), e = take(MiB / 2);
+    assert_int_equal(e / G, (d + 3 * MiB - 1) / G);
+    assert_int_not_equal(d / G, e / G);
+    give(d);
+    assert_int_equal(vm.reclaimable, G);
+    assert_int_equal(fa_vm_check(&vm), 0);
+    uint32_t ep = fa_vm_sync_begin(&vm);
+    give(e); /* after the sync began: still waits */
+    assert_int_equal(vm.reclaimable, 2 * G);
+    fa_vm_sync_end(&vm, ep);
+    assert_int_equal(vm.reclaimable, G); /* e's granule, wholly quarantined now */
+    assert_int_equal(vm.idle, G);
+    assert_int_equal(fa_vm_check(&vm), 0);
+    sync_all();
+
+    uintptr_t f = take(64 * MiB); /* large: a piece of its own */
+    give(f);
+    assert_int_equal(vm.reclaimable, 64 * MiB);
+    assert_int_equal(fa_vm_check(&vm), 0);
+    sync_all();
+    assert_int_equal(vm.reclaimable, 0);
+    assert_int_equal(fa_vm_check(&vm), 0);
+}
+
+/* Random takes, frees and synchronisations (one beginning before some
+ * frees and ending after): every structure and count, reclaimable
+ * included, stays consistent. */
+static void test_random_consistency(void **state)
+{
+    (void)state;
+    enum { N = 64 };
+    uintptr_t live[N] = {0};
+    unsigned seed = 12345;
+    uint32_t ep = 0;
+    bool open = false;
+    for (int step = 0; step < 4000; step++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned r = (seed >> 8) % 100, i = (seed >> 16) % N;
+        if (r < 45 && !live[i]) {
+            seed = seed * 1103515245u + 12345u;
+            size_t n = (seed >> 8) % 10 == 0 ? (64 + (seed >> 12) % 8) * MiB : 512 + (seed >> 12) % (3 * MiB);
+            unsigned created;
+            if (fa_vm_alloc(&vm, n, true, &drv, NULL, &live[i], &created) != FA_VM_OK) {
+                live[i] = 0;
+                fa_vm_release_idle(&vm, 0, true, &drv, NULL);
+            }
+        } else if (r < 90 && live[i]) {
+            give(live[i]);
+            live[i] = 0;
+        } else if (r >= 90 && !open) {
+            ep = fa_vm_sync_begin(&vm);
+            open = true;
+        } else if (r >= 90) {
+            fa_vm_sync_end(&vm, ep);
+            open = false;
+        }
+        assert_int_equal(fa_vm_check(&vm), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -410,6 +497,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_access_failure_leaves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_all, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reuse_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reclaimable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_consistency, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
