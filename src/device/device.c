@@ -574,7 +574,6 @@ static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
     }
     if (r != FA_VM_OK)
         return false;
-    ST_ADD(d, allocs, 1);
     ST_ADD(d, pool_allocs, 1);
     *out = (void *)a;
     return true;
@@ -743,7 +742,6 @@ static bool pool_alloc(devstate *d, int dev, size_t n, void **out)
     if (d->state == READY && d->kind == KIND_VMM) {
         ok = vm_try(d, dev, n, false, out);
     } else if (d->state == READY && d->kind == KIND_CHUNKS && fa_pool_alloc(&d->pool, n, &a)) {
-        ST_ADD(d, allocs, 1);
         ST_ADD(d, pool_allocs, 1);
         *out = (void *)a;
         ok = true;
@@ -913,7 +911,6 @@ static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, voi
     pthread_mutex_lock(&d->lock);
     if (r == 0 && *out) {
         d->fallback_bytes += n;
-        ST_ADD(d, allocs, 1);
         ST_ADD(d, fallback_allocs, 1);
         sync_stats(d);
     } else if (r != 0) {
@@ -1377,6 +1374,13 @@ void fa_device_fill(struct fa_snapshot *s)
 #define FA_DEV_COPY(name, unit, doc) o->name = __atomic_load_n(&d->st.name, __ATOMIC_RELAXED);
         FA_DEVICE_FIELDS(FA_DEV_COPY)
 #undef FA_DEV_COPY
+        /* A snapshot taken while other threads allocate adds up: allocs
+         * is the sum of what was read, not a count of its own. */
+        o->allocs = o->pool_allocs + o->fallback_allocs;
+        if (o->peak_in_use_bytes < o->in_use_bytes) /* the peak is raised just after the count */
+            o->peak_in_use_bytes = o->in_use_bytes;
+        if (o->peak_waste_bytes < o->waste_bytes)
+            o->peak_waste_bytes = o->waste_bytes;
     }
 }
 

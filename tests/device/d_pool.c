@@ -175,6 +175,66 @@ static int churn(int threads, int ops)
     return failures;
 }
 
+/* Snapshots taken while two threads allocate and free add up:
+ * allocs = pool_allocs + fallback_allocs, peaks at or above their values. */
+static volatile int sums_stop;
+static void *sums_worker(void *arg)
+{
+    (void)arg;
+    void *p[8] = {0};
+    for (unsigned i = 0; !sums_stop; i++) {
+        unsigned k = i % 8;
+        if (p[k])
+            cudaFree(p[k]);
+        p[k] = NULL;
+        cudaMalloc(&p[k], (size_t)4096 << (i % 10));
+    }
+    for (int k = 0; k < 8; k++)
+        if (p[k])
+            cudaFree(p[k]);
+    return NULL;
+}
+
+static long json_num(const char *from, const char *key)
+{
+    const char *q = strstr(from, key);
+    return q ? atol(q + strlen(key)) : -1;
+}
+
+static int live_sums(void)
+{
+    size_t (*json)(char *, size_t) = (size_t(*)(char *, size_t))dlsym(RTLD_DEFAULT, "forgealloc_stats_json");
+    CHECK(json != NULL);
+    if (!json)
+        return failures;
+    void *first = NULL;
+    CHECK(cudaMalloc(&first, 4096) == cudaSuccess);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, sums_worker, NULL);
+    static char doc[1 << 18];
+    int bad = 0, n;
+    for (n = 0; n < 3000; n++) {
+        json(doc, sizeof doc);
+        const char *d = strstr(doc, "\"devices\":[");
+        CHECK(d != NULL);
+        if (!d)
+            break;
+        long a = json_num(d, "\"allocs\":"), pa = json_num(d, "\"pool_allocs\":"),
+             fb = json_num(d, "\"fallback_allocs\":"), in_use = json_num(d, "\"in_use_bytes\":"),
+             peak = json_num(d, "\"peak_in_use_bytes\":"), waste = json_num(d, "\"waste_bytes\":"),
+             peak_waste = json_num(d, "\"peak_waste_bytes\":");
+        bad += a != pa + fb || peak < in_use || peak_waste < waste;
+    }
+    sums_stop = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    cudaFree(first);
+    printf("snapshots %d inconsistent %d\n", n, bad);
+    CHECK(bad == 0);
+    return failures;
+}
+
 /* ---- the reuse hazard ------------------------------------------------------------ */
 
 static int hazard(void)
@@ -1282,6 +1342,8 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "churn") == 0)
         return churn(argc > 2 ? atoi(argv[2]) : 1, argc > 3 ? atoi(argv[3]) : 20000) ? 1 : 0;
+    if (strcmp(mode, "live_sums") == 0)
+        return live_sums();
     if (strcmp(mode, "hazard") == 0)
         return hazard() ? 1 : 0;
     if (strcmp(mode, "oom") == 0)

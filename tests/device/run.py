@@ -70,6 +70,13 @@ def case_churn_threads():
     print(r.stdout.strip())
 
 
+def case_live_sums():
+    """Stats taken while two threads allocate and free add up: allocs = pool_allocs + fallback_allocs, and each
+    peak at or above its value."""
+    r = ok(run(["live_sums"], FAKECUDA_MEM="1G"), "snapshots during churn")
+    print(r.stdout.strip())
+
+
 def case_pool_off():
     """FORGEALLOC_DEVICE_POOL_SIZE=0: every call goes to the driver, still counted."""
     r = ok(run(["churn", "1", "3000"], FAKECUDA_MEM="4G", FORGEALLOC_DEVICE_POOL_SIZE="0"), "churn, pool off")
