@@ -205,9 +205,10 @@ static const char *shorten(const char *path, char out[SHOWN_PATH + 4])
 /* A failure that the settings alone decide (a missing or read-only
  * directory, a name too long), where the parent process started with the
  * same ones: the parent says it, or said it, once for the tree (a forked
- * worker pool, a shell's commands), when it writes that file too.  A full disk or a quota may hit one
- * process and not its parent: said by each.  Not checked in a signal
- * handler, whose stack (a sigaltstack of 8 KiB) has no room for it. */
+ * worker pool, a shell's commands), when it writes that file too.  A full
+ * disk or a quota may hit one process and not its parent: said by each.
+ * Not checked in a signal handler, whose stack (a sigaltstack of 8 KiB)
+ * has no room for it. */
 static bool same_failure_in_parent(int err)
 {
     static const char *const names[] = {"FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE"};
@@ -262,10 +263,9 @@ void fa_report_configured(const char *reason, bool in_signal)
         /* Once per process, after its first file: others' old ones go. */
         if (!err && !__atomic_exchange_n(&pruned, true, __ATOMIC_RELAXED))
             fa_file_prune(tmpl, path, (unsigned)fa_opt_u64(FA_OPT_STATS_KEEP), file);
-        if (err && !warned_write) {
-            warned_write = true;
-            if (!in_signal && same_failure_in_parent(err)) /* not on a signal's stack: it reads /proc on its own */
-                goto done;
+        /* The parent check reads /proc on its own stack: not on a signal's. */
+        if (err && !__atomic_exchange_n(&warned_write, true, __ATOMIC_RELAXED) &&
+            (in_signal || !same_failure_in_parent(err))) {
             char eb[32], shown[SHOWN_PATH + 4];
             /* The line is built in buf: the rendering is not needed any more. */
             fa_log_into(buf, FA_LOG_WARN,
@@ -273,7 +273,6 @@ void fa_report_configured(const char *reason, bool in_signal)
                         shorten(expanded ? path : tmpl, shown), fa_errno_text(err, eb, sizeof eb));
         }
     }
-done:
     if (!in_signal)
         unlock_main();
 }
