@@ -235,3 +235,35 @@ void fa_warn_tree(char *const *envp, const char *const *names, size_t n, const c
     vlog(storage, FA_LOG_WARN, fmt, ap);
     va_end(ap);
 }
+
+static bool hex(const char **s, uintptr_t *out)
+{
+    uintptr_t v = 0;
+    const char *p = *s;
+    for (;; p++) {
+        unsigned d;
+        if (*p >= '0' && *p <= '9')
+            d = (unsigned)(*p - '0');
+        else if (*p >= 'a' && *p <= 'f')
+            d = (unsigned)(*p - 'a' + 10);
+        else
+            break;
+        if (v >> (sizeof v * 8 - 4))
+            return false;
+        v = v << 4 | d;
+    }
+    if (p == *s)
+        return false;
+    *s = p;
+    *out = v;
+    return true;
+}
+
+bool fa_maps_range(const char *line, uintptr_t *lo, uintptr_t *hi, const char **rest)
+{
+    const char *p = line;
+    if (!hex(&p, lo) || *p++ != '-' || !hex(&p, hi) || *p++ != ' ')
+        return false;
+    *rest = p;
+    return true;
+}

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "options.h"
 
@@ -51,6 +52,11 @@ long fa_read_file(const char *path, char *buf, size_t cap);
  * than 4 KiB is skipped whole; a last line without a newline counts.  fn
  * returns false to stop.  False if the file cannot be opened. */
 bool fa_read_lines(const char *path, bool (*fn)(char *line, void *arg), void *arg);
+
+/* The address range "lo-hi " that starts a line of /proc/PID/maps, and the
+ * rest of the line after it (the permissions first).  False for anything
+ * else, hex digits past 64 bits included. */
+bool fa_maps_range(const char *line, uintptr_t *lo, uintptr_t *hi, const char **rest);
 
 /* fa_warn for a line at start that only the environment decides (a bad
  * setting, the preload order): the first process of a tree prints it, and

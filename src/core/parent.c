@@ -153,24 +153,6 @@ bool fa_env_block_alike(int fd, char *const *envp, const char *const *names, siz
 
 /* ---- the library in the parent -------------------------------------------- */
 
-static const char *parse_hex(const char *s, uintptr_t *v)
-{
-    uintptr_t x = 0;
-    const char *start = s;
-    for (;; s++) {
-        unsigned d;
-        if (*s >= '0' && *s <= '9')
-            d = (unsigned)(*s - '0');
-        else if (*s >= 'a' && *s <= 'f')
-            d = (unsigned)(*s - 'a' + 10);
-        else
-            break;
-        x = x << 4 | d;
-    }
-    *v = x;
-    return s > start ? s : NULL;
-}
-
 static const char *skip_field(const char *s)
 {
     while (*s && *s != ' ')
@@ -184,10 +166,10 @@ static const char *skip_field(const char *s)
  * range, and "dev inode" (into id) for a mapping of a file. */
 static bool map_line(const char *line, uintptr_t *lo, uintptr_t *hi, const char **id, size_t *idlen)
 {
-    const char *s = parse_hex(line, lo);
-    if (!s || *s != '-' || !(s = parse_hex(s + 1, hi)) || *s != ' ')
+    const char *s;
+    if (!fa_maps_range(line, lo, hi, &s))
         return false;
-    s = skip_field(skip_field(s + 1)); /* perms, offset */
+    s = skip_field(skip_field(s)); /* perms, offset */
     const char *dev = s;
     const char *inode = skip_field(dev);
     size_t n = strcspn(inode, " ");

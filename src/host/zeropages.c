@@ -86,34 +86,11 @@ bool fa_zero_pages_parse_stat(const char *stat, long *threads)
     return false;
 }
 
-static bool hex(const char **s, uintptr_t *out)
-{
-    uintptr_t v = 0;
-    const char *p = *s;
-    for (;; p++) {
-        unsigned d;
-        if (*p >= '0' && *p <= '9')
-            d = (unsigned)(*p - '0');
-        else if (*p >= 'a' && *p <= 'f')
-            d = (unsigned)(*p - 'a' + 10);
-        else
-            break;
-        if (v >> (sizeof v * 8 - 4))
-            return false;
-        v = v << 4 | d;
-    }
-    if (p == *s)
-        return false;
-    *s = p;
-    *out = v;
-    return true;
-}
-
 bool fa_zero_pages_parse_maps_line(const char *line, fa_mapping *m)
 {
     /* "lo-hi perms offset major:minor inode   [path]" */
-    const char *p = line;
-    if (!hex(&p, &m->lo) || *p++ != '-' || !hex(&p, &m->hi) || *p++ != ' ' || m->hi <= m->lo)
+    const char *p;
+    if (!fa_maps_range(line, &m->lo, &m->hi, &p) || m->hi <= m->lo)
         return false;
     bool rw_private = strncmp(p, "rw-p ", 5) == 0;
     const char *field = p, *device = NULL;
