@@ -211,10 +211,11 @@ static bool older(int64_t sec, long nsec, const struct fa_file_oldest *o)
 }
 
 /* Entries of the open directory fd that match tmpl, other than `own`:
- * counted, or (pick) the oldest regular files among them recorded in
+ * counted by name (pick 0, confirm false), counted when they are dumps
+ * (confirm), or (pick) the oldest dumps among them recorded in
  * scratch->oldest, oldest first.  Returns the count, or how many were
  * picked. */
-static size_t prune_scan(int fd, const char *tmpl, const char *own, fa_file_scratch *s, size_t pick)
+static size_t prune_scan(int fd, const char *tmpl, const char *own, fa_file_scratch *s, size_t pick, bool confirm)
 {
     enum { CAP = sizeof s->oldest / sizeof s->oldest[0] };
     size_t n = 0;
@@ -228,13 +229,17 @@ static size_t prune_scan(int fd, const char *tmpl, const char *own, fa_file_scra
             if (strcmp(e->d_name, own) == 0 || strlen(e->d_name) >= sizeof s->oldest[0].name ||
                 !fa_file_name_matches(tmpl, e->d_name))
                 continue;
-            if (!pick) {
+            if (!pick && !confirm) {
                 n++;
                 continue;
             }
             struct stat st;
             if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
                 continue;
+            if (!pick) {
+                n += is_dump(fd, e->d_name);
+                continue;
+            }
             int64_t sec = st.st_mtim.tv_sec;
             long nsec = st.st_mtim.tv_nsec;
             size_t limit = pick < CAP ? pick : CAP;
@@ -274,17 +279,22 @@ void fa_file_prune(const char *tmpl, const char *path, unsigned keep, fa_file_sc
         close(fd);
         return;
     }
+    /* Only dumps count: files of somebody else's that happen to match the
+     * pattern take no dump's place.  Names are counted first, as that
+     * needs no file opened: almost always they are few enough. */
     size_t target = keep - keep / 10; /* own file included */
-    size_t others = prune_scan(fd, tmpl, own, scratch, 0);
+    size_t others = prune_scan(fd, tmpl, own, scratch, 0, false);
+    if (others + 1 > keep && target > 0)
+        others = prune_scan(fd, tmpl, own, scratch, 0, true);
     if (others + 1 > keep && target > 0) {
         for (int round = 0; round < 16 && others + 1 > target; round++) {
-            size_t picked = prune_scan(fd, tmpl, own, scratch, others + 1 - target);
+            size_t picked = prune_scan(fd, tmpl, own, scratch, others + 1 - target, false);
             size_t gone = 0;
             for (size_t i = 0; i < picked; i++)
                 gone += unlinkat(fd, scratch->oldest[i].name, 0) == 0;
             if (gone == 0)
                 break;
-            others = prune_scan(fd, tmpl, own, scratch, 0);
+            others = prune_scan(fd, tmpl, own, scratch, 0, true);
         }
     }
     close(fd); /* and the lock with it */

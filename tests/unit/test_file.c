@@ -361,13 +361,13 @@ static void test_prune(void **state)
     assert_int_equal(entries(), 20);
     fa_file_prune(tmpl, own, 20, &scratch); /* 18 of the pattern: fewer than 20 */
     assert_int_equal(entries(), 20);
-    /* 18 > 10: down to 9, the oldest dumps first: the 9 oldest of the 15
-     * (the link and the other file count, but never go). */
+    /* 16 dumps (own included) > 10: down to 9, the oldest first: the 7
+     * oldest of the 15.  The link and the other file neither count nor go. */
     fa_file_prune(tmpl, own, 10, &scratch);
-    assert_int_equal(entries(), 11);
+    assert_int_equal(entries(), 13);
     for (int i = 0; i < 15; i++) {
         snprintf(name, sizeof name, "h-1700000000%03d-%d.json", 100 + i, 200 + i);
-        assert_int_equal(present(name), i < 6);
+        assert_int_equal(present(name), i < 8);
     }
     assert_true(present("h-1700000000000-1.json") && present("notes.json") &&
                 present("h-1700000000002-2.json.tmp-untagged-2-1") && present("h-1700000000003-3.json") &&
@@ -379,11 +379,46 @@ static void test_prune(void **state)
         aged(name, 10 + i);
     }
     fa_file_prune(tmpl, own, 50, &scratch);
-    /* 45 of the pattern (own, the link and the other file among them), notes, the temporary */
-    assert_int_equal(entries(), 45 + 2);
+    /* 45 dumps (own among them); the link, the other file, notes, the temporary */
+    assert_int_equal(entries(), 45 + 4);
     for (int i = 0; i < 300; i++) {
         snprintf(name, sizeof name, "h-1700000001%03d-%d.json", i, 1000 + i);
-        assert_int_equal(present(name), i < 42);
+        assert_int_equal(present(name), i < 44);
+    }
+}
+
+/* Files of somebody else's with the pattern's names take no dump's place:
+ * with many of them, the dumps are still kept up to the limit. */
+static void test_prune_lookalikes(void **state)
+{
+    (void)state;
+    char tmpl[128], own[128], name[64];
+    snprintf(tmpl, sizeof tmpl, "%s/%%p.json", dir);
+    snprintf(own, sizeof own, "%s/1.json", dir);
+    aged("1.json", 1);
+    for (int i = 0; i < 40; i++) { /* another tool's files, older than every dump */
+        snprintf(name, sizeof name, "%d.json", 100 + i);
+        aged_as(name, 1000 + i, "{\"job\": 1}");
+    }
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "%d.json", 500 + i);
+        aged(name, 10 + i);
+    }
+    fa_file_prune(tmpl, own, 10, &scratch); /* 9 dumps: nothing goes */
+    assert_int_equal(entries(), 49);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%d.json", 600 + i);
+        aged(name, 100 + i);
+    }
+    fa_file_prune(tmpl, own, 10, &scratch); /* 13 dumps: down to 9, the 4 oldest go */
+    assert_int_equal(entries(), 49);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%d.json", 600 + i);
+        assert_false(present(name));
+    }
+    for (int i = 0; i < 40; i++) {
+        snprintf(name, sizeof name, "%d.json", 100 + i);
+        assert_true(present(name));
     }
 }
 
@@ -400,6 +435,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_temporaries_swept, setup, teardown),
         cmocka_unit_test(test_name_matches),
         cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prune_lookalikes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
