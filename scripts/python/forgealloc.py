@@ -18,6 +18,7 @@ Run as a script it is the Python side of the ``forgealloc`` command:
 """
 import ctypes
 import json
+import os
 import signal
 import sys
 
@@ -106,8 +107,11 @@ def _env(markdown):
             print(f"| `{o['name']}` | `{o['default'] or '(unset)'}` | {o['doc'].replace('|', '/')} |")
         return 0
     width = max(len(o["name"]) for o in rows)
+    strict = os.environ.get("_FORGEALLOC_CALLER_STRICT")  # the launcher runs this without it
     for o in rows:
-        if o["scope"] == "library":
+        if o["name"] == "FORGEALLOC_STRICT" and strict is not None:
+            state = f"{strict}  (environment)"
+        elif o["scope"] == "library":
             state = f"{o['effective']}  ({o['source']})"
         else:
             state = "read by the launchers"
@@ -163,16 +167,36 @@ def _rows(doc):
     return out
 
 
+def _well_formed(doc):
+    """The parts of a dump the table reads have their types."""
+    host, device = doc.get("host", {}), doc.get("device", {})
+    if not isinstance(host, dict) or not isinstance(device, dict):
+        return False
+    if not isinstance(doc.get("uptime_ms", 0), (int, float)) or not isinstance(device.get("devices", []), list):
+        return False
+    parts = [host.get("calls", {}), host.get("release") or {}, host.get("tcmalloc") or {}] + device.get("devices", [])
+    return all(isinstance(x, dict) for x in parts) and all("device" in d for d in device.get("devices", []))
+
+
 def _report(paths):
     docs = []
     for p in paths:
         try:
-            with open(p) as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            print(f"forgealloc: cannot read {p}: {e}", file=sys.stderr)
+            with open(p, errors="replace") as f:
+                text = f.read()
+        except OSError as e:
+            print(f"forgealloc: cannot read {p}: {e.strerror}", file=sys.stderr)
             return 2
-        if doc.get("schema") != "forgealloc.stats/1":
+        kind = "text" if text.startswith("forgealloc ") else "Prometheus" if text.startswith("# HELP forgealloc_") else ""
+        if kind:
+            print(f"forgealloc: {p} is a {kind} dump; report reads JSON dumps: write them with --stats json "
+                  "(FORGEALLOC_STATS=json)", file=sys.stderr)
+            return 2
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or doc.get("schema") != "forgealloc.stats/1" or not _well_formed(doc):
             print(f"forgealloc: {p} is not a forgealloc stats dump (FORGEALLOC_STATS=json)", file=sys.stderr)
             return 2
         docs.append(doc)

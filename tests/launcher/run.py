@@ -200,6 +200,45 @@ def case_errors_and_help():
     check(r.returncode != 0 and "FORGEALLOC_LIB" in r.stderr, f"bad FORGEALLOC_LIB: {r.stderr!r}")
 
 
+def case_run_checks():
+    """What keeps a command from starting is told in one line before it starts, with the shell's status: a
+    command not found (127), a directory or a file without the execute bit (126), a script whose interpreter is
+    missing (127); a library the loader cannot preload (its tcmalloc missing: nothing would start; not a library:
+    every process would print the loader's error).  FORGEALLOC_STRICT=1 does not keep `env` and `version` from
+    telling about the settings it refuses."""
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(f"{d}/dir")
+        for name, text in (("plain.sh", "echo hi\n"), ("badinterp.sh", "#!/nonexistent/sh\necho hi\n")):
+            open(f"{d}/{name}", "w").write(text)
+        os.chmod(f"{d}/badinterp.sh", 0o755)
+        for cmd, status, words in ((["no-such-command-x"], 127, "command not found"), ([f"{d}/missing"], 127,
+                                   "does not exist"), ([f"{d}/dir"], 126, "is a directory"),
+                                   ([f"{d}/plain.sh"], 126, "not executable"),
+                                   ([f"{d}/badinterp.sh"], 127, "#!/nonexistent/sh, which does not exist")):
+            r = sh([launcher(), "run", "--"] + cmd)
+            lines = r.stderr.strip().splitlines()
+            check(r.returncode == status and len(lines) == 1 and words in lines[0] and lines[0].startswith("forgealloc"),
+                  f"{cmd}: status {r.returncode}, stderr {r.stderr!r}")
+        # The library with a dependency that is not installed: a copy asking for libtcmalloc_minimal.so.9.
+        data = open(A.lib, "rb").read()
+        check(b"libtcmalloc_minimal.so.4" in data, "the library names libtcmalloc_minimal.so.4")
+        open(f"{d}/lib.so", "wb").write(data.replace(b"libtcmalloc_minimal.so.4", b"libtcmalloc_minimal.so.9"))
+        open(f"{d}/notalib.so", "w").write("text\n")
+        for lib, words in ((f"{d}/lib.so", "needs libtcmalloc_minimal.so.9, which is not installed"),
+                           (f"{d}/notalib.so", "cannot be preloaded (file too short)"),
+                           (d, "is not a file")):
+            r = sh([launcher(), "run", "--", "echo", "ran"], env(FORGEALLOC_LIB=lib))
+            lines = r.stderr.strip().splitlines()
+            check(r.returncode == 2 and r.stdout == "" and len(lines) == 1 and words in lines[0],
+                  f"FORGEALLOC_LIB={lib}: status {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
+    r = sh([launcher(), "env"], env(FORGEALLOC_STRICT="1", FORGEALLOC_STAT="json"))
+    check(r.returncode == 0 and re.search(r"^FORGEALLOC_STRICT .*now 1\s+\(environment\)", r.stdout, re.M),
+          f"env under FORGEALLOC_STRICT=1: {r.returncode} {r.stdout[-300:]!r} {r.stderr!r}")
+    check("FORGEALLOC_STAT is not a forgealloc setting" in r.stderr, f"env names the misspelling: {r.stderr!r}")
+    r = sh([launcher(), "version"], env(FORGEALLOC_STRICT="1", FORGEALLOC_STAT="json"))
+    check(r.returncode == 0 and re.match(r"^\d+\.\d+\.\d+$", r.stdout.strip()), f"version under strict: {r!r}")
+
+
 def case_loaded():
     """The library already in the launcher's shell (LD_PRELOAD from the caller): its subshells and helpers write
     no dumps, and the command gets the caller's settings.  Not loaded: the helpers run without it (a bad setting
@@ -372,9 +411,18 @@ def case_report():
         # Read by a reader that stops early (`| head`; here one gone before the first line): ends quietly.
         r = sh(["/bin/bash", "-c", '"$@" | true', "sh", launcher(), "report", f"{d}/a.json", f"{d}/b.json"])
         check(r.stderr == "", f"report | true: {r.stderr[-300:]!r}")
-        open(f"{d}/bad.json", "w").write("{}")
-        r = sh([launcher(), "report", f"{d}/bad.json"])
-        check(r.returncode != 0 and "not a forgealloc stats dump" in r.stderr, f"bad file: {r.stderr!r}")
+        for name, text in (("bad.json", "{}"), ("list.json", "[]"), ("null.json", '{"schema":"forgealloc.stats/1",'
+                           '"uptime_ms":null}'), ("calls.json", '{"schema":"forgealloc.stats/1","host":{"calls":[1]}}'),
+                           ("notjson.json", "{")):
+            open(f"{d}/{name}", "w").write(text)
+            r = sh([launcher(), "report", f"{d}/{name}"])
+            check(r.returncode == 2 and r.stderr.count("\n") == 1 and "not a forgealloc stats dump" in r.stderr,
+                  f"{name}: {r.returncode} {r.stderr!r}")
+        # Dumps in the other formats (the launcher's default is text): said so, with what to do.
+        r = sh([launcher(), "run", "--stats", "text", "--stats-file", f"{d}/t.txt", "--", "true"])
+        r = sh([launcher(), "report", f"{d}/t.txt"])
+        check(r.returncode == 2 and r.stderr.count("\n") == 1 and "is a text dump" in r.stderr and "--stats json"
+              in r.stderr, f"text dump: {r.stderr!r}")
 
 
 # ---- entrypoint, install, Python helper ------------------------------------------------
@@ -413,10 +461,11 @@ def ns_pid1(unshare_pid):
 
 def case_entrypoint_stop():
     """`docker stop` of a container whose command is a start script that runs Python as a child (A1111's
-    webui.sh).  The image's ENTRYPOINT (tini -g, then the entrypoint): SIGTERM to tini reaches Python too, which
-    writes its dump (tini runs here as an ordinary process, so the end of the container does not cut the dump
-    short).  The entrypoint started as PID 1 of a pid namespace (it puts tini in front): SIGTERM ends it with
-    status 143 and the script goes no further."""
+    webui.sh), in a pid namespace of its own, whose end kills whatever is left in it, as a container's does.  The
+    image's ENTRYPOINT (tini -s -g, then the entrypoint) as PID 1, under Docker's --init (a tini without -g in
+    front), and the entrypoint itself as PID 1 (it puts tini in front): SIGTERM reaches the script and Python,
+    the script goes no further, and Python's own shutdown (a SIGTERM handler that takes a while) and its dump are
+    done before the namespace ends, with status 143 (the script's).  Nothing from tini on stderr."""
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("tini"):
         print("needs root, unshare and tini - skipped")
         return SKIP
@@ -429,38 +478,48 @@ def case_entrypoint_stop():
     image = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", dockerfile, re.M).group(1))
     image = [entry if a.endswith("/entrypoint.sh") else shutil.which("tini") if a.endswith("/tini") else a
              for a in image]
+    ns = ["unshare", "--pid", "--fork", "--mount-proc"]
+    app = ("import signal, sys, time\n"
+           "def stop(sig, frame):\n"
+           "    time.sleep(0.7)\n"
+           "    print('cleaned up', flush=True)\n"
+           "    sys.exit(0)\n"
+           "signal.signal(signal.SIGTERM, stop)\n"
+           "print('up', flush=True)\n"
+           "time.sleep(20)\n")
     with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "app.py"), "w").write(app)
         script = os.path.join(d, "webui.sh")
         with open(script, "w") as f:
-            f.write(f"#!/bin/bash\n{A.python} -u -c 'import time; print(\"up\"); time.sleep(20)'\necho after\n")
+            f.write(f"#!/bin/bash\n{A.python} -u {d}/app.py\necho after\n")
         os.chmod(script, 0o755)
-        for how, argv in (("image ENTRYPOINT", image), ("entrypoint as PID 1", ["unshare", "--pid", "--fork",
-                                                                               "--mount-proc", entry])):
+        for how, argv in (("image ENTRYPOINT", ns + image),
+                          ("docker run --init", ns + [shutil.which("tini"), "--"] + image),
+                          ("entrypoint as PID 1", ns + [entry])):
             stats = os.path.join(d, how.replace(" ", "_"))
             os.mkdir(stats)
             p = subprocess.Popen(argv + [script], env=env(FORGEALLOC_STATS_DIR=stats), stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
             try:
                 check(p.stdout.readline() == "up\n", f"{how}: the script's Python did not start")
-                target = p.pid if argv is image else ns_pid1(p.pid)
+                target = ns_pid1(p.pid)
                 check(target, f"{how}: no PID 1")
                 time.sleep(0.3)
                 os.kill(target, signal.SIGTERM)
                 out, err = p.communicate(timeout=30)
-                check(p.returncode in (143, -15), f"{how}: status {p.returncode}, stderr {err!r}")
+                check(p.returncode == 143, f"{how}: status {p.returncode}, stderr {err!r}")
                 check("after" not in out, f"{how}: the script went on after SIGTERM: {out!r}")
-                if argv is image:
-                    dumps = []
-                    for _ in range(100):  # Python outlives tini here: wait for its dump
-                        dumps = [x for x in os.listdir(stats) if x.endswith(".txt")]
-                        if dumps:
-                            break
-                        time.sleep(0.1)
-                    text = [open(os.path.join(stats, x)).read() for x in dumps]
-                    check(any(re.match(r"forgealloc [0-9.]+: pid \d+ \(.*python.*\), signal", t) for t in text),
-                          f"{how}: SIGTERM did not reach Python ({len(text)} dumps; stderr {err!r})")
+                check(out == "cleaned up\n", f"{how}: Python's shutdown was cut short: {out!r} (stderr {err!r})")
+                check("tini" not in err, f"{how}: tini printed: {err!r}")
+                text = [open(os.path.join(stats, x)).read() for x in os.listdir(stats)]
+                check(any(re.match(r"forgealloc [0-9.]+: pid \d+ \(.*python.*\), exit", t) for t in text),
+                      f"{how}: no dump from Python ({len(text)} files; stderr {err!r})")
             finally:  # a Python the signal missed: every process of the session
                 subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], capture_output=True)
+        # Elsewhere the entrypoint execs the command, which is a child of nobody in between.
+        r = sh(["/bin/sh", "-c", f'"{entry}" /bin/sh -c \'echo $PPID\'; echo $$'], env(FORGEALLOC_STATS="off"))
+        lines = r.stdout.split()
+        check(r.returncode == 0 and len(lines) == 2 and lines[0] == lines[1], f"not under tini: {r!r}")
 
 
 # ---- start scripts that overwrite LD_PRELOAD, and the system preload (in a chroot) ----
