@@ -1003,12 +1003,18 @@ static cudaError_t do_malloc_pitch(void **p, size_t *pitch, size_t w, size_t h)
     return n ? device_alloc(dev, n, AK_DEVICE, p) : cudaSuccess;
 }
 
+/* During a stream capture cudaFree is a "potentially unsafe" call, NULL
+ * included (check_unsafe_allowed): where the thread's capture mode
+ * prohibits it, it is refused with cudaErrorStreamCaptureUnsupported, the
+ * captures are invalidated and nothing is freed; in relaxed mode it frees
+ * as always (its wait covers queued work, and captured work is never
+ * queued).  It is not refused as a device synchronisation: HIP, which
+ * follows CUDA's capture rules, checks hipFree like hipMalloc, and programs
+ * free in relaxed mode while a graph is being captured. */
 static cudaError_t do_free(void *p)
 {
-    if (!p)
-        return cudaSuccess;
-    cudaError_t rc = check_sync_allowed();
-    if (rc)
+    cudaError_t rc = check_unsafe_allowed();
+    if (rc || !p)
         return rc;
     struct alloc *a = freeable_at(p, 1);
     if (!a || a->kind == AK_HOST)

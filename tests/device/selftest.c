@@ -504,6 +504,25 @@ static int malloc_from_thread(int mode)
     return t.rc;
 }
 
+/* cudaFree(NULL) from a new thread in the given mode. */
+static void *free_null_in_thread(void *arg)
+{
+    struct thread_malloc *t = arg;
+    int mode = t->mode;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    t->rc = cudaFree(NULL);
+    return NULL;
+}
+
+static int free_null_from_thread(int mode)
+{
+    struct thread_malloc t = {mode, -1, NULL};
+    pthread_t th;
+    pthread_create(&th, NULL, free_null_in_thread, &t);
+    pthread_join(th, NULL);
+    return t.rc;
+}
+
 static void free_thread_allocs(void)
 {
     while (n_thread_allocs)
@@ -551,7 +570,6 @@ static void test_capture(void)
     OK(cudaMallocAsync(&q, 512, s)); /* stream-ordered allocation is legal */
     OK(cudaFreeAsync(q, s));
     CHECK(fakecuda_pending(0) == 0, "captured work is not queued");
-    OK(cudaFree(NULL));
     gr = NULL;
     OK(cudaStreamEndCapture(s, &gr));
     CHECK(gr != NULL, "EndCapture gives a graph");
@@ -616,6 +634,40 @@ static void test_capture(void)
     free_thread_allocs();
     CLEAR_ERROR();
 
+    /* cudaFree, NULL included, follows the same rules: refused where the
+     * mode prohibits it (nothing freed, the captures invalidated), allowed
+     * in relaxed mode, where it lands the device's queued work and frees */
+    void *f;
+    OK(cudaMalloc(&f, 512));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EXPECT(cudaFree(f), cudaErrorStreamCaptureUnsupported);
+    CHECK(fakecuda_device_of(f) == 0, "the refused cudaFree freed nothing");
+    CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated, "a refused cudaFree invalidates");
+    EXPECT(cudaFree(NULL), cudaErrorStreamCaptureUnsupported); /* until the invalidated capture ends */
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    EXPECT(cudaFree(NULL), cudaErrorStreamCaptureUnsupported);
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(free_null_from_thread(cudaStreamCaptureModeThreadLocal) == cudaSuccess, "thread-local mode thread");
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "still fine");
+    CHECK(free_null_from_thread(cudaStreamCaptureModeGlobal) == cudaErrorStreamCaptureUnsupported, "global thread");
+    CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated, "invalidated from another thread");
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    OK(fakecuda_enqueue_fill(s2, b, 4, 16));
+    OK(fakecuda_enqueue_fill(s, b, 5, 16)); /* captured */
+    OK(cudaFree(f));
+    CHECK(fakecuda_device_of(f) == -1, "freed in relaxed mode");
+    CHECK(all(b, 4, 16) && fakecuda_pending(0) == 0, "cudaFree landed the queued work, not the captured");
+    OK(cudaFree(NULL));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "not invalidated");
+    OK(cudaStreamEndCapture(s, &gr));
+    CLEAR_ERROR();
+
     /* every synchronising call is illegal during a capture and invalidates
      * all captures, whichever stream it concerns */
     OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
@@ -643,8 +695,8 @@ static void test_capture(void)
     ILLEGAL_DURING_CAPTURE(cudaEventSynchronize(e));
     ILLEGAL_DURING_CAPTURE(cudaMemcpy(host, b, 16, cudaMemcpyDeviceToHost));
     ILLEGAL_DURING_CAPTURE(cudaMemset(b, 0, 16));
-    ILLEGAL_DURING_CAPTURE(cudaFree(p));
-    ILLEGAL_DURING_CAPTURE(cudaFree(host)); /* any non-NULL pointer */
+    ILLEGAL_DURING_CAPTURE(cudaFree(p)); /* the unsafe-call rule, in global mode */
+    ILLEGAL_DURING_CAPTURE(cudaFree(host)); /* any pointer */
     ILLEGAL_DURING_CAPTURE(cudaFreeHost(h));
     ILLEGAL_DURING_CAPTURE(cudaStreamQuery(s));
     CHECK(fakecuda_device_of(p) == 0, "the refused cudaFree freed nothing");
