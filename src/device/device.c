@@ -17,6 +17,10 @@
  *  - no synchronisation and no driver call of the pool's while a stream
  *    capture is in progress (a sync would invalidate the capture):
  *    requests that ready memory cannot serve go to the driver;
+ *  - a free the runtime would refuse for a cudaMalloc block is refused
+ *    alike, with its error, and the block stays allocated: cudaFree during
+ *    a stream capture where the capture mode prohibits it, cudaFreeAsync on
+ *    a stream the runtime does not know or one being captured;
  *  - when the driver runs out of memory, idle pieces or chunks go back to
  *    it and the request is retried; the final error is the driver's own;
  *  - internal calls that fail leave the thread's last error as the program
@@ -1084,15 +1088,36 @@ static fa_cuda_error async_free_refused(const fa_cudart *rt, fa_cuda_stream s, b
     return FA_CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Whether the runtime's cudaFree of a block from cudaMalloc would be
+ * refused now, a stream capture being under way: 0, or its error, left as
+ * the thread's last error, with what the refusal does to the captures
+ * (they are invalidated); the block is then not freed.  During a capture
+ * cudaFree is one of the potentially unsafe calls, as cudaMalloc: refused
+ * in the modes that prohibit them (this thread's own capture not begun in
+ * relaxed mode; in global mode, also another thread's global capture),
+ * allowed in relaxed mode.  The runtime applies that rule to cudaFree(NULL)
+ * too, which frees nothing: its answer, and what it does to the captures,
+ * are the runtime's own, not the pool's guess at them.  No other call is
+ * made (nor a synchronisation, which a capture forbids). */
+static fa_cuda_error free_refused(const fa_cudart *rt)
+{
+    return rt->cudaFree ? rt->cudaFree(NULL) : 0;
+}
+
 /* cudaFree (async NULL) or cudaFreeAsync of p (not NULL).  A pool block
  * waits in quarantine until the next device synchronisation, which covers
  * the work any stream queued before the free, so both are served alike
- * (a cudaFreeAsync once its stream passed async_free_refused). */
+ * (a cudaFreeAsync once its stream passed async_free_refused, a cudaFree
+ * during a capture once it passed free_refused). */
 static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
                                 fa_cuda_stream s)
 {
     if (async && in_a_pool((uintptr_t)p)) {
         fa_cuda_error r = async_free_refused(rt, s, async == rt->cudaFreeAsync_ptsz);
+        if (r != 0)
+            return r;
+    } else if (!async && capturing() && in_a_pool((uintptr_t)p)) {
+        fa_cuda_error r = free_refused(rt);
         if (r != 0)
             return r;
     }

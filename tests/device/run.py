@@ -152,6 +152,12 @@ def case_capture():
     ok(run(["capture"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "stream capture")
 
 
+def case_capture_free():
+    """cudaFree of pool blocks during a stream capture: refused where the runtime refuses cudaFree (the capture
+    invalidated, the block kept), quarantined where it allows it."""
+    ok(run(["capture_free"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "cudaFree during a capture")
+
+
 def case_pending_error():
     """An error the program left pending is what it reads after calls the pool served with internal calls
     that failed (the pool's own errors are not left in its place)."""
