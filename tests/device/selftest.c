@@ -453,13 +453,25 @@ static void test_reset(void)
     OK(cudaMalloc(&x, 4096));
     OK(cudaMemset(x, 7, 4096));
     OK(cudaStreamCreate(&s1));
+    int d = -1;
+    OK(cudaSetDevice(0));
+    OK(cudaStreamGetDevice(s1, &d)); /* whichever device is current */
+    CHECK(d == 1, "the stream's device: %d", d);
+    OK(cudaStreamGetDevice(NULL, &d));
+    CHECK(d == 0, "the legacy stream's device is the current one: %d", d);
+    EXPECT(cudaStreamGetDevice(s1, NULL), cudaErrorInvalidValue);
+    OK(cudaSetDevice(1));
     OK(cudaEventCreate(&e1));
     OK(fakecuda_enqueue_fill(s1, x, 2, 16));
     OK(fakecuda_enqueue_fill(NULL, x, 3, 16));
+    unsigned long stale = fakecuda_stale_stream_uses();
     OK(cudaDeviceReset());
     CHECK(fakecuda_used(1) == 0 && fakecuda_pending(1) == 0, "device 1 emptied");
     CHECK(all(x, 0, 4096), "queued work dropped, memory reads as zero");
+    CHECK(fakecuda_stale_stream_uses() == stale, "no stale use yet");
     EXPECT(cudaStreamSynchronize(s1), cudaErrorInvalidResourceHandle);
+    EXPECT(cudaStreamGetDevice(s1, &d), cudaErrorInvalidResourceHandle);
+    CHECK(fakecuda_stale_stream_uses() == stale + 2, "uses of a stream the reset destroyed are counted");
     EXPECT(cudaEventSynchronize(e1), cudaErrorInvalidResourceHandle);
     EXPECT(cudaFree(x), cudaErrorInvalidValue);
     EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
@@ -723,11 +735,22 @@ static void test_capture(void)
     OK(cudaStreamEndCapture_ptsz(s, &gr));
     CHECK(gr != NULL && gr != mine, "a graph of its own");
 
-    /* destroying a capturing stream ends the capture */
+    /* destroying a capturing stream ends the capture; its handle is never
+     * reused, and using it is counted */
     OK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
     OK(cudaStreamDestroy(s2));
     OK(cudaDeviceSynchronize());
     EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
+    unsigned long stale = fakecuda_stale_stream_uses();
+    EXPECT(cudaStreamIsCapturing(s2, &(int){0}), cudaErrorInvalidResourceHandle);
+    CHECK(fakecuda_stale_stream_uses() == stale + 1, "a destroyed stream's use is counted");
+    cudaStream_t s3;
+    OK(cudaStreamCreate(&s3));
+    CHECK(s3 != s2, "a new stream never gets a destroyed one's handle");
+    EXPECT(cudaStreamIsCapturing((cudaStream_t)(uintptr_t)0xdead000, &(int){0}), cudaErrorInvalidResourceHandle);
+    CHECK(fakecuda_stale_stream_uses() == stale + 1, "a bogus handle is not a destroyed stream's");
+    OK(cudaStreamDestroy(s3));
+    CLEAR_ERROR();
 
     OK(cudaEventDestroy(e));
     OK(cudaStreamDestroy(s));
