@@ -221,12 +221,13 @@ static bool capturing(void) { return __atomic_load_n(&captures, __ATOMIC_ACQUIRE
 
 /* Streams in capture, as begun through the shim.  A capture is over when
  * the runtime says so after its cudaStreamEndCapture (whatever that
- * returned), when its stream is destroyed, and at cudaDeviceReset: a
- * capture ended any of these ways must not keep the pool from ever
- * synchronising again.  More captures at once than slots are counted
- * (capture_unslotted) and end with their cudaStreamEndCapture. */
+ * returned), when its stream is destroyed, and at a cudaDeviceReset of its
+ * stream's device: a capture ended any of these ways must not keep the
+ * pool from ever synchronising again.  More captures at once than slots
+ * are counted (capture_unslotted) and end with their cudaStreamEndCapture. */
 #define CAPTURE_SLOTS 16
 static fa_cuda_stream capture_stream[CAPTURE_SLOTS];
+static int capture_device[CAPTURE_SLOTS]; /* the stream's device, -1 if unknown */
 static bool capture_used[CAPTURE_SLOTS];
 static int capture_unslotted; /* begun when every slot was taken */
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -237,10 +238,29 @@ static void capture_drop(int i)
     __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL);
 }
 
+static int thread_device(const fa_cudart *rt);
+
+/* The device stream s belongs to (-1 if unknown), asked while s exists: a
+ * cudaDeviceReset destroys the streams of one device.  The runtime says
+ * where it can (cudaStreamGetDevice, CUDA 12.8 and later); else the
+ * thread's device, which is that of NULL and the per-thread stream, and of
+ * a created stream when it is captured with its device current, as
+ * programs do (work is launched into it there). */
+static int stream_device(const fa_cudart *rt, fa_cuda_stream s)
+{
+    int dev = -1;
+    fa_cuda_error before = error_peek(rt);
+    if (!rt->cudaStreamGetDevice || rt->cudaStreamGetDevice(s, &dev) != 0)
+        dev = thread_device(rt);
+    absorb(rt, before);
+    return dev;
+}
+
 void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
 {
     if (r != 0)
         return;
+    int dev = stream_device(fa_cudart_get(), s);
     pthread_mutex_lock(&capture_lock);
     int i = 0;
     while (i < CAPTURE_SLOTS && capture_used[i])
@@ -248,6 +268,7 @@ void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
     if (i < CAPTURE_SLOTS) {
         capture_used[i] = true;
         capture_stream[i] = s;
+        capture_device[i] = dev;
     } else {
         capture_unslotted++;
     }
@@ -286,20 +307,20 @@ void fa_device_stream_destroying(fa_cuda_stream s)
     pthread_mutex_unlock(&capture_lock);
 }
 
-/* After cudaDeviceReset: the captures on the reset device's streams are
- * gone with them; another device's go on (the runtime says which).  The
- * uncounted ones cannot be asked about and are forgotten. */
-static void captures_forget(const fa_cudart *rt)
+/* After cudaDeviceReset of device dev (-1: unknown): the captures on its
+ * streams ended with them; another device's go on.  Each capture's device
+ * was noted when it began: the reset's streams are destroyed, and one
+ * named now (a destroyed handle) is undefined behaviour in CUDA and may
+ * name a new stream by then, so none is asked about.  A capture that
+ * cannot be placed (its device or the reset's unknown) is forgotten, as
+ * are the uncounted ones: one kept after its end would keep the pool from
+ * ever synchronising again. */
+static void captures_forget(int dev)
 {
     pthread_mutex_lock(&capture_lock);
-    fa_cuda_error before = error_peek(rt);
-    for (int i = 0; i < CAPTURE_SLOTS; i++) {
-        fa_cuda_capture_status status = 0; /* cudaStreamCaptureStatusNone */
-        if (capture_used[i] && (!rt->cudaStreamIsCapturing ||
-                                rt->cudaStreamIsCapturing(capture_stream[i], &status) != 0 || status == 0))
+    for (int i = 0; i < CAPTURE_SLOTS; i++)
+        if (capture_used[i] && (dev < 0 || capture_device[i] < 0 || capture_device[i] == dev))
             capture_drop(i);
-    }
-    absorb(rt, before); /* the reset stream's "invalid handle" */
     __atomic_fetch_sub(&captures, capture_unslotted, __ATOMIC_ACQ_REL);
     capture_unslotted = 0;
     pthread_mutex_unlock(&capture_lock);
@@ -1206,10 +1227,11 @@ fa_cuda_error fa_device_reset(void)
     const fa_cudart *rt = runtime("cudaDeviceReset");
     if (!rt->cudaDeviceReset)
         return FA_CUDA_ERROR_INITIALIZATION;
-    int dev = current_device(rt);
+    int cur = thread_device(rt); /* the device reset, also beyond those the pool serves */
+    int dev = cur < FA_MAX_DEVICES ? cur : -1;
     if (dev < 0) {
         fa_cuda_error r = rt->cudaDeviceReset();
-        captures_forget(rt);
+        captures_forget(cur);
         return r;
     }
     /* The reset frees every allocation of the device: the pool lets go of
@@ -1256,8 +1278,8 @@ fa_cuda_error fa_device_reset(void)
     pthread_mutex_lock(&map_lock);
     fa_ptrmap_drop_device(&fallback, dev);
     pthread_mutex_unlock(&map_lock);
-    fa_cuda_error r = rt->cudaDeviceReset();
-    captures_forget(rt);
+    fa_cuda_error r = rt->cudaDeviceReset(); /* its only documented errors are earlier launches' */
+    captures_forget(dev);
     pthread_mutex_lock(&d->lock);
     __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&d->settled);

@@ -605,6 +605,52 @@ static int capture_twodev(void)
     return failures;
 }
 
+/* cudaDeviceReset while streams of both devices capture: the captures on
+ * the reset device's streams end with the streams, and no call of the
+ * shim names those streams afterwards (a destroyed handle: undefined
+ * behaviour in CUDA, and it may name a new stream by then).  A stream
+ * belongs to the device it was created on, whichever device is current
+ * when its capture begins.  Device 1's capture goes on: its pool never
+ * synchronises during it, and once it ends the pools synchronise again
+ * (no capture of the reset device is left counted).  Run with two devices
+ * of 128 MiB and 64 MiB pools. */
+static int capture_reset(void)
+{
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    cudaStream_t s1;
+    CHECK(cudaStreamCreateWithFlags(&s1, 1) == cudaSuccess);
+    void *u = dmalloc(60 * MiB), *w = dmalloc(60 * MiB); /* device 1 is nearly full */
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    cudaStream_t s0, t0;
+    CHECK(cudaStreamCreateWithFlags(&s0, 1) == cudaSuccess && cudaStreamCreateWithFlags(&t0, 1) == cudaSuccess);
+    void *a = dmalloc(MiB);
+    CHECK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed) == cudaSuccess); /* device 0 current */
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(t0, cudaStreamCaptureModeRelaxed) == cudaSuccess); /* device 1 current */
+    CHECK(cudaFree(u) == cudaSuccess); /* its memory waits for a sync the capture forbids */
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned long stale = fakecuda_stale_stream_uses();
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    CHECK(fakecuda_stale_stream_uses() == stale);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    (void)a; /* gone with the reset */
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    uint64_t syncs = stat_of("device.1.device_syncs"), fallback = stat_of("device.1.fallback_allocs");
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 60 * MiB) == cudaErrorMemoryAllocation); /* no sync: the driver's answer */
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(stat_of("device.1.device_syncs") == syncs);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s1, &g) == cudaSuccess); /* not invalidated */
+    p = dmalloc(60 * MiB); /* u's memory, after a sync */
+    CHECK(p != NULL && stat_of("device.1.device_syncs") > syncs && stat_of("device.1.fallback_allocs") == fallback);
+    CHECK(cudaFree(p) == cudaSuccess && cudaFree(w) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s1) == cudaSuccess);
+    CHECK(fakecuda_stale_stream_uses() == stale);
+    return failures;
+}
+
 static int reset(void)
 {
     void *a = dmalloc(MiB);
@@ -934,7 +980,7 @@ static int room(void)
  * FAKECUDA_MEM=1G and a 512 MiB pool; "reserve" with FAKECUDA_MEM=256M.
  *  room:    cudaMallocAsync retried after the pool gave memory back;
  *  malloc:  a cudaMalloc beyond the chunk, retried likewise (chunks);
- *  reset:   cudaDeviceReset asks about the capture on its destroyed stream;
+ *  reset:   cudaDeviceReset during a capture, with the pool's calls around it;
  *  reserve: the chunk pool's first reservation gets fewer chunks than it
  *           wants (the driver refused the rest). */
 static int pending_error(const char *what)
@@ -1477,6 +1523,8 @@ int main(int argc, char **argv)
         return twodev() ? 1 : 0;
     if (strcmp(mode, "capture_twodev") == 0)
         return capture_twodev() ? 1 : 0;
+    if (strcmp(mode, "capture_reset") == 0)
+        return capture_reset() ? 1 : 0;
     if (strcmp(mode, "reset") == 0)
         return reset() ? 1 : 0;
     if (strcmp(mode, "reset_race") == 0)
@@ -1517,7 +1565,7 @@ int main(int argc, char **argv)
         return giveback(argc > 2 ? atof(argv[2]) : 15, argc > 3 && strcmp(argv[3], "capture") == 0) ? 1 : 0;
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
-    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
                     "|reset_race|errors|capture|capture_free|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");

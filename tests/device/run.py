@@ -129,6 +129,8 @@ def case_twodev():
     ok(run(["twodev"], FAKECUDA_DEVICES="2"), "two devices")
     ok(run(["capture_twodev"], FAKECUDA_DEVICES="2", FAKECUDA_MEM="128M", FORGEALLOC_DEVICE_POOL_SIZE="64M"),
        "a capture on one device through another's reset")
+    ok(run(["capture_reset"], FAKECUDA_DEVICES="2", FAKECUDA_MEM="128M", FORGEALLOC_DEVICE_POOL_SIZE="64M"),
+       "captures on both devices through one's reset: no use of the streams it destroyed")
 
 
 def case_reset():
