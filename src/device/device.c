@@ -13,7 +13,10 @@
  *  - grow before waiting: when ready memory cannot serve, idle pieces are
  *    moved and new ones created while the driver has room; what was grown
  *    beyond FORGEALLOC_DEVICE_POOL_SIZE goes back after an idle spell
- *    (fa_device_background) and at once when the driver runs short;
+ *    (fa_device_background) and at once when the driver runs short.  The
+ *    chunk pool grows only back to its size (chunks it gave back), then
+ *    waits: it has no way to give back growth but a whole idle chunk's
+ *    synchronising cudaFree, and never holds more than its size;
  *  - no synchronisation and no driver call of the pool's while a stream
  *    capture is in progress (a sync would invalidate the capture):
  *    requests that ready memory cannot serve go to the driver;
