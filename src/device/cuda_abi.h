@@ -101,6 +101,7 @@ _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-size
     X(cudaStreamEndCapture, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                       \
     X(cudaStreamEndCapture_ptsz, fa_cuda_error, (fa_cuda_stream s, fa_cuda_graph * g), (s, g))                 \
     X(cudaStreamIsCapturing, fa_cuda_error, (fa_cuda_stream s, fa_cuda_capture_status * st), (s, st))          \
+    X(cudaStreamGetDevice, fa_cuda_error, (fa_cuda_stream s, int *d), (s, d))                                   \
     X(cudaThreadExchangeStreamCaptureMode, fa_cuda_error, (fa_cuda_capture_mode * m), (m))                      \
     X(cudaStreamDestroy, fa_cuda_error, (fa_cuda_stream s), (s))                                                \
     X(cudaDeviceEnablePeerAccess, fa_cuda_error, (int peer, unsigned flags), (peer, flags))                     \

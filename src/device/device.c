@@ -13,10 +13,17 @@
  *  - grow before waiting: when ready memory cannot serve, idle pieces are
  *    moved and new ones created while the driver has room; what was grown
  *    beyond FORGEALLOC_DEVICE_POOL_SIZE goes back after an idle spell
- *    (fa_device_background) and at once when the driver runs short;
+ *    (fa_device_background) and at once when the driver runs short.  The
+ *    chunk pool grows only back to its size (chunks it gave back), then
+ *    waits: it has no way to give back growth but a whole idle chunk's
+ *    synchronising cudaFree, and never holds more than its size;
  *  - no synchronisation and no driver call of the pool's while a stream
  *    capture is in progress (a sync would invalidate the capture):
  *    requests that ready memory cannot serve go to the driver;
+ *  - a free the runtime would refuse for a cudaMalloc block is refused
+ *    alike, with its error, and the block stays allocated: cudaFree during
+ *    a stream capture where the capture mode prohibits it, cudaFreeAsync on
+ *    a stream the runtime does not know or one being captured;
  *  - when the driver runs out of memory, idle pieces or chunks go back to
  *    it and the request is retried; the final error is the driver's own;
  *  - internal calls that fail leave the thread's last error as the program
@@ -217,12 +224,13 @@ static bool capturing(void) { return __atomic_load_n(&captures, __ATOMIC_ACQUIRE
 
 /* Streams in capture, as begun through the shim.  A capture is over when
  * the runtime says so after its cudaStreamEndCapture (whatever that
- * returned), when its stream is destroyed, and at cudaDeviceReset: a
- * capture ended any of these ways must not keep the pool from ever
- * synchronising again.  More captures at once than slots are counted
- * (capture_unslotted) and end with their cudaStreamEndCapture. */
+ * returned), when its stream is destroyed, and at a cudaDeviceReset of its
+ * stream's device: a capture ended any of these ways must not keep the
+ * pool from ever synchronising again.  More captures at once than slots
+ * are counted (capture_unslotted) and end with their cudaStreamEndCapture. */
 #define CAPTURE_SLOTS 16
 static fa_cuda_stream capture_stream[CAPTURE_SLOTS];
+static int capture_device[CAPTURE_SLOTS]; /* the stream's device, -1 if unknown */
 static bool capture_used[CAPTURE_SLOTS];
 static int capture_unslotted; /* begun when every slot was taken */
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -233,10 +241,29 @@ static void capture_drop(int i)
     __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL);
 }
 
+static int thread_device(const fa_cudart *rt);
+
+/* The device stream s belongs to (-1 if unknown), asked while s exists: a
+ * cudaDeviceReset destroys the streams of one device.  The runtime says
+ * where it can (cudaStreamGetDevice, CUDA 12.8 and later); else the
+ * thread's device, which is that of NULL and the per-thread stream, and of
+ * a created stream when it is captured with its device current, as
+ * programs do (work is launched into it there). */
+static int stream_device(const fa_cudart *rt, fa_cuda_stream s)
+{
+    int dev = -1;
+    fa_cuda_error before = error_peek(rt);
+    if (!rt->cudaStreamGetDevice || rt->cudaStreamGetDevice(s, &dev) != 0)
+        dev = thread_device(rt);
+    absorb(rt, before);
+    return dev;
+}
+
 void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
 {
     if (r != 0)
         return;
+    int dev = stream_device(fa_cudart_get(), s);
     pthread_mutex_lock(&capture_lock);
     int i = 0;
     while (i < CAPTURE_SLOTS && capture_used[i])
@@ -244,6 +271,7 @@ void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
     if (i < CAPTURE_SLOTS) {
         capture_used[i] = true;
         capture_stream[i] = s;
+        capture_device[i] = dev;
     } else {
         capture_unslotted++;
     }
@@ -282,20 +310,20 @@ void fa_device_stream_destroying(fa_cuda_stream s)
     pthread_mutex_unlock(&capture_lock);
 }
 
-/* After cudaDeviceReset: the captures on the reset device's streams are
- * gone with them; another device's go on (the runtime says which).  The
- * uncounted ones cannot be asked about and are forgotten. */
-static void captures_forget(const fa_cudart *rt)
+/* After cudaDeviceReset of device dev (-1: unknown): the captures on its
+ * streams ended with them; another device's go on.  Each capture's device
+ * was noted when it began: the reset's streams are destroyed, and one
+ * named now (a destroyed handle) is undefined behaviour in CUDA and may
+ * name a new stream by then, so none is asked about.  A capture that
+ * cannot be placed (its device or the reset's unknown) is forgotten, as
+ * are the uncounted ones: one kept after its end would keep the pool from
+ * ever synchronising again. */
+static void captures_forget(int dev)
 {
     pthread_mutex_lock(&capture_lock);
-    fa_cuda_error before = error_peek(rt);
-    for (int i = 0; i < CAPTURE_SLOTS; i++) {
-        fa_cuda_capture_status status = 0; /* cudaStreamCaptureStatusNone */
-        if (capture_used[i] && (!rt->cudaStreamIsCapturing ||
-                                rt->cudaStreamIsCapturing(capture_stream[i], &status) != 0 || status == 0))
+    for (int i = 0; i < CAPTURE_SLOTS; i++)
+        if (capture_used[i] && (dev < 0 || capture_device[i] < 0 || capture_device[i] == dev))
             capture_drop(i);
-    }
-    absorb(rt, before); /* the reset stream's "invalid handle" */
     __atomic_fetch_sub(&captures, capture_unslotted, __ATOMIC_ACQ_REL);
     capture_unslotted = 0;
     pthread_mutex_unlock(&capture_lock);
@@ -1084,15 +1112,36 @@ static fa_cuda_error async_free_refused(const fa_cudart *rt, fa_cuda_stream s, b
     return FA_CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Whether the runtime's cudaFree of a block from cudaMalloc would be
+ * refused now, a stream capture being under way: 0, or its error, left as
+ * the thread's last error, with what the refusal does to the captures
+ * (they are invalidated); the block is then not freed.  During a capture
+ * cudaFree is one of the potentially unsafe calls, as cudaMalloc: refused
+ * in the modes that prohibit them (this thread's own capture not begun in
+ * relaxed mode; in global mode, also another thread's global capture),
+ * allowed in relaxed mode.  The runtime applies that rule to cudaFree(NULL)
+ * too, which frees nothing: its answer, and what it does to the captures,
+ * are the runtime's own, not the pool's guess at them.  No other call is
+ * made (nor a synchronisation, which a capture forbids). */
+static fa_cuda_error free_refused(const fa_cudart *rt)
+{
+    return rt->cudaFree ? rt->cudaFree(NULL) : 0;
+}
+
 /* cudaFree (async NULL) or cudaFreeAsync of p (not NULL).  A pool block
  * waits in quarantine until the next device synchronisation, which covers
  * the work any stream queued before the free, so both are served alike
- * (a cudaFreeAsync once its stream passed async_free_refused). */
+ * (a cudaFreeAsync once its stream passed async_free_refused, a cudaFree
+ * during a capture once it passed free_refused). */
 static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
                                 fa_cuda_stream s)
 {
     if (async && in_a_pool((uintptr_t)p)) {
         fa_cuda_error r = async_free_refused(rt, s, async == rt->cudaFreeAsync_ptsz);
+        if (r != 0)
+            return r;
+    } else if (!async && capturing() && in_a_pool((uintptr_t)p)) {
+        fa_cuda_error r = free_refused(rt);
         if (r != 0)
             return r;
     }
@@ -1181,10 +1230,11 @@ fa_cuda_error fa_device_reset(void)
     const fa_cudart *rt = runtime("cudaDeviceReset");
     if (!rt->cudaDeviceReset)
         return FA_CUDA_ERROR_INITIALIZATION;
-    int dev = current_device(rt);
+    int cur = thread_device(rt); /* the device reset, also beyond those the pool serves */
+    int dev = cur < FA_MAX_DEVICES ? cur : -1;
     if (dev < 0) {
         fa_cuda_error r = rt->cudaDeviceReset();
-        captures_forget(rt);
+        captures_forget(cur);
         return r;
     }
     /* The reset frees every allocation of the device: the pool lets go of
@@ -1231,8 +1281,8 @@ fa_cuda_error fa_device_reset(void)
     pthread_mutex_lock(&map_lock);
     fa_ptrmap_drop_device(&fallback, dev);
     pthread_mutex_unlock(&map_lock);
-    fa_cuda_error r = rt->cudaDeviceReset();
-    captures_forget(rt);
+    fa_cuda_error r = rt->cudaDeviceReset(); /* its only documented errors are earlier launches' */
+    captures_forget(dev);
     pthread_mutex_lock(&d->lock);
     __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&d->settled);

@@ -605,6 +605,52 @@ static int capture_twodev(void)
     return failures;
 }
 
+/* cudaDeviceReset while streams of both devices capture: the captures on
+ * the reset device's streams end with the streams, and no call of the
+ * shim names those streams afterwards (a destroyed handle: undefined
+ * behaviour in CUDA, and it may name a new stream by then).  A stream
+ * belongs to the device it was created on, whichever device is current
+ * when its capture begins.  Device 1's capture goes on: its pool never
+ * synchronises during it, and once it ends the pools synchronise again
+ * (no capture of the reset device is left counted).  Run with two devices
+ * of 128 MiB and 64 MiB pools. */
+static int capture_reset(void)
+{
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    cudaStream_t s1;
+    CHECK(cudaStreamCreateWithFlags(&s1, 1) == cudaSuccess);
+    void *u = dmalloc(60 * MiB), *w = dmalloc(60 * MiB); /* device 1 is nearly full */
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    cudaStream_t s0, t0;
+    CHECK(cudaStreamCreateWithFlags(&s0, 1) == cudaSuccess && cudaStreamCreateWithFlags(&t0, 1) == cudaSuccess);
+    void *a = dmalloc(MiB);
+    CHECK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed) == cudaSuccess); /* device 0 current */
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(t0, cudaStreamCaptureModeRelaxed) == cudaSuccess); /* device 1 current */
+    CHECK(cudaFree(u) == cudaSuccess); /* its memory waits for a sync the capture forbids */
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned long stale = fakecuda_stale_stream_uses();
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    CHECK(fakecuda_stale_stream_uses() == stale);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    (void)a; /* gone with the reset */
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    uint64_t syncs = stat_of("device.1.device_syncs"), fallback = stat_of("device.1.fallback_allocs");
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 60 * MiB) == cudaErrorMemoryAllocation); /* no sync: the driver's answer */
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(stat_of("device.1.device_syncs") == syncs);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s1, &g) == cudaSuccess); /* not invalidated */
+    p = dmalloc(60 * MiB); /* u's memory, after a sync */
+    CHECK(p != NULL && stat_of("device.1.device_syncs") > syncs && stat_of("device.1.fallback_allocs") == fallback);
+    CHECK(cudaFree(p) == cudaSuccess && cudaFree(w) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s1) == cudaSuccess);
+    CHECK(fakecuda_stale_stream_uses() == stale);
+    return failures;
+}
+
 static int reset(void)
 {
     void *a = dmalloc(MiB);
@@ -763,7 +809,9 @@ static int capture(void)
     cudaStream_t t;
     CHECK(cudaStreamCreateWithFlags(&t, 1) == cudaSuccess);
     CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     CHECK(cudaFree(b) == cudaSuccess && cudaFree(d) == cudaSuccess); /* quarantined during the capture */
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     CHECK(cudaStreamDestroy(t) == cudaSuccess);
     uint64_t syncs = stat_of("device.0.device_syncs");
     void *e = dmalloc(32 * MiB), *f = dmalloc(32 * MiB); /* the quarantined b and d, after a sync */
@@ -776,6 +824,115 @@ static int capture(void)
     void *k = dmalloc(MiB);
     CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.fallback_allocs") == 1);
     CHECK(cudaFree(k) == cudaSuccess);
+    return failures;
+}
+
+/* cudaFree of a pool block during a stream capture, where the runtime
+ * refuses cudaFree of a cudaMalloc block (the modes that prohibit
+ * potentially unsafe calls: this thread's capture unless begun in relaxed
+ * mode; in global mode another thread's global capture too): refused with
+ * its error, left as the last error, the capture invalidated as by the
+ * runtime's refusal, and the block stays allocated, never handed out
+ * again.  Where the runtime allows it (relaxed mode, a thread-local mode
+ * thread during another thread's capture) the block is quarantined as
+ * ever, and the pool does not synchronise during the capture.  Run with a
+ * 64 MiB pool on a 96 MiB device. */
+struct free_arg {
+    int mode;
+    void *p;
+    cudaError_t rc, last;
+};
+
+static void *free_in_thread(void *arg)
+{
+    struct free_arg *f = arg;
+    int mode = f->mode;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    f->rc = cudaFree(f->p);
+    f->last = cudaGetLastError();
+    return NULL;
+}
+
+static cudaError_t free_from_thread(int mode, void *p, cudaError_t *last)
+{
+    struct free_arg f = {mode, p, -1, -1};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, free_in_thread, &f) == 0);
+    pthread_join(t, NULL);
+    *last = f.last;
+    return f.rc;
+}
+
+static int capture_status(cudaStream_t s)
+{
+    int st = -1;
+    CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess);
+    return st;
+}
+
+static int capture_free(void)
+{
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    unsigned char *a = dmalloc(MiB), *b = dmalloc(MiB);
+    memset(a, 5, MiB);
+    memset(b, 6, MiB);
+    uint64_t frees = stat_of("device.0.frees"), in_use = stat_of("device.0.in_use_bytes");
+    cudaGraph_t g = NULL;
+    cudaError_t last = cudaSuccess;
+
+    /* Refused: this thread's own capture, global and thread-local. */
+    static const int refusing[] = {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal};
+    for (int i = 0; i < 2; i++) {
+        CHECK(cudaStreamBeginCapture(s, refusing[i]) == cudaSuccess);
+        CHECK(cudaFree(a) == cudaErrorStreamCaptureUnsupported);
+        CHECK(cudaGetLastError() == cudaErrorStreamCaptureUnsupported);
+        CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated);
+        CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+        CHECK(cudaGetLastError() == cudaErrorStreamCaptureInvalidated);
+    }
+    /* Another thread in global mode during a global capture: refused;
+     * in thread-local mode: freed. */
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(free_from_thread(cudaStreamCaptureModeThreadLocal, b, &last) == cudaSuccess && last == cudaSuccess);
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive);
+    CHECK(free_from_thread(cudaStreamCaptureModeGlobal, a, &last) == cudaErrorStreamCaptureUnsupported &&
+          last == cudaErrorStreamCaptureUnsupported);
+    CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+    CHECK(cudaGetLastError() == cudaErrorStreamCaptureInvalidated);
+    CHECK(stat_of("device.0.frees") == frees + 1 && stat_of("device.0.in_use_bytes") == in_use - MiB);
+
+    /* Relaxed mode: freed into the quarantine; no sync meanwhile. */
+    unsigned char *c = dmalloc(MiB);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess); /* after a sync for b */
+    uint64_t syncs = stat_of("device.0.device_syncs");
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(cudaFree(c) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(stat_of("device.0.device_syncs") == syncs && stat_of("device.0.frees") == frees + 2);
+
+    /* a was never freed: after a sync, new blocks are elsewhere and its
+     * contents are intact; it frees normally now. */
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    unsigned char *n[8];
+    for (int i = 0; i < 8; i++) {
+        n[i] = dmalloc(MiB);
+        CHECK(n[i] != a);
+        if (n[i])
+            memset(n[i], 9, MiB);
+    }
+    CHECK(a[0] == 5 && a[MiB - 1] == 5);
+    CHECK(cudaFree(a) == cudaSuccess);
+    for (int i = 0; i < 8; i++)
+        CHECK(cudaFree(n[i]) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(stat_of("device.0.in_use_bytes") == 0);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
     return failures;
 }
 
@@ -823,7 +980,7 @@ static int room(void)
  * FAKECUDA_MEM=1G and a 512 MiB pool; "reserve" with FAKECUDA_MEM=256M.
  *  room:    cudaMallocAsync retried after the pool gave memory back;
  *  malloc:  a cudaMalloc beyond the chunk, retried likewise (chunks);
- *  reset:   cudaDeviceReset asks about the capture on its destroyed stream;
+ *  reset:   cudaDeviceReset during a capture, with the pool's calls around it;
  *  reserve: the chunk pool's first reservation gets fewer chunks than it
  *           wants (the driver refused the rest). */
 static int pending_error(const char *what)
@@ -1366,6 +1523,8 @@ int main(int argc, char **argv)
         return twodev() ? 1 : 0;
     if (strcmp(mode, "capture_twodev") == 0)
         return capture_twodev() ? 1 : 0;
+    if (strcmp(mode, "capture_reset") == 0)
+        return capture_reset() ? 1 : 0;
     if (strcmp(mode, "reset") == 0)
         return reset() ? 1 : 0;
     if (strcmp(mode, "reset_race") == 0)
@@ -1374,6 +1533,8 @@ int main(int argc, char **argv)
         return errors() ? 1 : 0;
     if (strcmp(mode, "capture") == 0)
         return capture() ? 1 : 0;
+    if (strcmp(mode, "capture_free") == 0)
+        return capture_free() ? 1 : 0;
     if (strcmp(mode, "free_async_refused") == 0)
         return free_async_refused() ? 1 : 0;
     if (strcmp(mode, "pending_error") == 0)
@@ -1404,8 +1565,8 @@ int main(int argc, char **argv)
         return giveback(argc > 2 ? atof(argv[2]) : 15, argc > 3 && strcmp(argv[3], "capture") == 0) ? 1 : 0;
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
-    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|reset"
-                    "|reset_race|errors|capture|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+    fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
+                    "|reset_race|errors|capture|capture_free|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

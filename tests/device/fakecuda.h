@@ -148,6 +148,7 @@ enum {
     X(cudaStreamBeginCaptureToGraph_ptsz)   \
     X(cudaStreamEndCapture)                 \
     X(cudaStreamEndCapture_ptsz)            \
+    X(cudaStreamGetDevice)                  \
     X(cudaStreamIsCapturing)                \
     X(cudaThreadExchangeStreamCaptureMode)  \
     X(cudaRuntimeGetVersion)                \
@@ -224,6 +225,7 @@ FAKECUDA_API cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream,
                                                             size_t numDependencies, fa_cuda_capture_mode mode);
 FAKECUDA_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
 FAKECUDA_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+FAKECUDA_API cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device);
 FAKECUDA_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream, int *pCaptureStatus);
 FAKECUDA_API cudaError_t cudaThreadExchangeStreamCaptureMode(fa_cuda_capture_mode *mode);
 FAKECUDA_API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
@@ -280,6 +282,12 @@ FAKECUDA_API unsigned long fakecuda_faults(int device);
  * how many of those bytes are mapped somewhere. */
 FAKECUDA_API size_t fakecuda_pieces(int device);
 FAKECUDA_API size_t fakecuda_mapped(int device);
+
+/* Calls (of any stream function) that named a stream destroyed before,
+ * by cudaStreamDestroy or with its device by cudaDeviceReset: undefined
+ * behaviour in CUDA.  They fail with cudaErrorInvalidResourceHandle here;
+ * destroyed handles are never given to new streams. */
+FAKECUDA_API unsigned long fakecuda_stale_stream_uses(void);
 
 /* Make every cudaDeviceSynchronize fail with err and land nothing (a
  * sticky error, as far as synchronisation goes) until called with 0. */

@@ -3,7 +3,7 @@
  *   with 512-byte first-fit placement within a capacity (FAKECUDA_MEM[_<n>]); per-thread current device, last error
  *   and capture mode; streams and events whose work (fills, copies, event records, async frees) is queued and lands
  *   only at synchronisation points, with the legacy stream's implicit ordering; stream capture and its invalidation
- *   by illegal calls; pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
+ *   by illegal calls; destroyed streams (handles never reused, calls naming them counted: fakecuda_stale_stream_uses); pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
  *   child fail, as in CUDA); peer access to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap,
  *   ...: see "virtual memory" below) and cuMemGetAddressRange, reached only through
  *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
@@ -141,6 +141,8 @@ static struct {
     int ndev;
     struct device dev[FC_MAX_DEVICES];
     struct CUstream_st *streams; /* created streams */
+    struct CUstream_st *dead_streams; /* destroyed ones, kept so that no new stream gets their handle */
+    unsigned long stale_stream_uses;  /* calls that named one of them */
     struct CUevent_st *events;
     struct alloc *host_allocs; /* host and managed */
     uint64_t last_seq, last_stream_id;
@@ -728,7 +730,20 @@ static cudaError_t resolve_stream(cudaStream_t h, struct CUstream_st **out)
             *out = s;
             return cudaSuccess;
         }
+    for (struct CUstream_st *s = g.dead_streams; s; s = s->next)
+        if (s == h)
+            g.stale_stream_uses++; /* undefined behaviour in CUDA: counted for the tests */
     return cudaErrorInvalidResourceHandle;
+}
+
+/* A destroyed stream (cudaStreamDestroy, cudaDeviceReset), off g.streams
+ * with nothing queued: its memory is kept, so its handle never names a new
+ * stream and a later call naming it is counted (fakecuda_stale_stream_uses);
+ * the real runtime may reuse the handle, or crash. */
+static void retire_stream(struct CUstream_st *s)
+{
+    s->next = g.dead_streams;
+    g.dead_streams = s;
 }
 
 static struct CUstream_st *stream_by_id(uint64_t id)
@@ -1003,12 +1018,18 @@ static cudaError_t do_malloc_pitch(void **p, size_t *pitch, size_t w, size_t h)
     return n ? device_alloc(dev, n, AK_DEVICE, p) : cudaSuccess;
 }
 
+/* During a stream capture cudaFree is a "potentially unsafe" call, NULL
+ * included (check_unsafe_allowed): where the thread's capture mode
+ * prohibits it, it is refused with cudaErrorStreamCaptureUnsupported, the
+ * captures are invalidated and nothing is freed; in relaxed mode it frees
+ * as always (its wait covers queued work, and captured work is never
+ * queued).  It is not refused as a device synchronisation: HIP, which
+ * follows CUDA's capture rules, checks hipFree like hipMalloc, and programs
+ * free in relaxed mode while a graph is being captured. */
 static cudaError_t do_free(void *p)
 {
-    if (!p)
-        return cudaSuccess;
-    cudaError_t rc = check_sync_allowed();
-    if (rc)
+    cudaError_t rc = check_unsafe_allowed();
+    if (rc || !p)
         return rc;
     struct alloc *a = freeable_at(p, 1);
     if (!a || a->kind == AK_HOST)
@@ -1069,7 +1090,7 @@ static cudaError_t do_device_reset(void)
         end_capture_of(s);
         drop_queue(s);
         *link = s->next;
-        free(s);
+        retire_stream(s);
     }
     for (struct CUevent_st **link = &g.events; *link;) {
         struct CUevent_st *e = *link;
@@ -1141,7 +1162,7 @@ static cudaError_t do_stream_destroy(cudaStream_t h)
     while (*link != s)
         link = &(*link)->next;
     *link = s->next;
-    free(s);
+    retire_stream(s);
     return cudaSuccess;
 }
 
@@ -1475,6 +1496,17 @@ static cudaError_t do_end_capture(cudaStream_t h, cudaGraph_t *out)
         return cudaErrorStreamCaptureInvalidated;
     *out = graph;
     return cudaSuccess;
+}
+
+static cudaError_t do_stream_get_device(cudaStream_t h, int *device)
+{
+    if (!device)
+        return cudaErrorInvalidValue;
+    struct CUstream_st *s;
+    cudaError_t rc = resolve_stream(h, &s);
+    if (!rc)
+        *device = s->device;
+    return rc;
 }
 
 static cudaError_t do_is_capturing(cudaStream_t h, int *status)
@@ -2250,6 +2282,14 @@ FAKECUDA_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGrap
     return leave(FN_cudaStreamEndCapture_ptsz, rc, "stream=%p graph=%p", (void *)stream, (void *)OUT_PTR(pGraph));
 }
 
+FAKECUDA_API cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device)
+{
+    cudaError_t rc = enter(FN_cudaStreamGetDevice);
+    if (!rc)
+        rc = do_stream_get_device(stream, device);
+    return leave(FN_cudaStreamGetDevice, rc, "stream=%p device=%d", (void *)stream, rc ? -1 : *device);
+}
+
 FAKECUDA_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream, int *pCaptureStatus)
 {
     cudaError_t rc = enter(FN_cudaStreamIsCapturing);
@@ -2444,6 +2484,14 @@ FAKECUDA_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int
     if (!rc)
         rc = do_enable_peer_access(peerDevice, flags);
     return leave(FN_cudaDeviceEnablePeerAccess, rc, "peer=%d", peerDevice);
+}
+
+FAKECUDA_API unsigned long fakecuda_stale_stream_uses(void)
+{
+    lock();
+    unsigned long n = g.stale_stream_uses;
+    unlock();
+    return n;
 }
 
 FAKECUDA_API unsigned long fakecuda_faults(int device)

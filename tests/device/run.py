@@ -129,6 +129,8 @@ def case_twodev():
     ok(run(["twodev"], FAKECUDA_DEVICES="2"), "two devices")
     ok(run(["capture_twodev"], FAKECUDA_DEVICES="2", FAKECUDA_MEM="128M", FORGEALLOC_DEVICE_POOL_SIZE="64M"),
        "a capture on one device through another's reset")
+    ok(run(["capture_reset"], FAKECUDA_DEVICES="2", FAKECUDA_MEM="128M", FORGEALLOC_DEVICE_POOL_SIZE="64M"),
+       "captures on both devices through one's reset: no use of the streams it destroyed")
 
 
 def case_reset():
@@ -150,6 +152,12 @@ def case_errors():
 
 def case_capture():
     ok(run(["capture"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "stream capture")
+
+
+def case_capture_free():
+    """cudaFree of pool blocks during a stream capture: refused where the runtime refuses cudaFree (the capture
+    invalidated, the block kept), quarantined where it allows it."""
+    ok(run(["capture_free"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "cudaFree during a capture")
 
 
 def case_pending_error():

@@ -453,13 +453,25 @@ static void test_reset(void)
     OK(cudaMalloc(&x, 4096));
     OK(cudaMemset(x, 7, 4096));
     OK(cudaStreamCreate(&s1));
+    int d = -1;
+    OK(cudaSetDevice(0));
+    OK(cudaStreamGetDevice(s1, &d)); /* whichever device is current */
+    CHECK(d == 1, "the stream's device: %d", d);
+    OK(cudaStreamGetDevice(NULL, &d));
+    CHECK(d == 0, "the legacy stream's device is the current one: %d", d);
+    EXPECT(cudaStreamGetDevice(s1, NULL), cudaErrorInvalidValue);
+    OK(cudaSetDevice(1));
     OK(cudaEventCreate(&e1));
     OK(fakecuda_enqueue_fill(s1, x, 2, 16));
     OK(fakecuda_enqueue_fill(NULL, x, 3, 16));
+    unsigned long stale = fakecuda_stale_stream_uses();
     OK(cudaDeviceReset());
     CHECK(fakecuda_used(1) == 0 && fakecuda_pending(1) == 0, "device 1 emptied");
     CHECK(all(x, 0, 4096), "queued work dropped, memory reads as zero");
+    CHECK(fakecuda_stale_stream_uses() == stale, "no stale use yet");
     EXPECT(cudaStreamSynchronize(s1), cudaErrorInvalidResourceHandle);
+    EXPECT(cudaStreamGetDevice(s1, &d), cudaErrorInvalidResourceHandle);
+    CHECK(fakecuda_stale_stream_uses() == stale + 2, "uses of a stream the reset destroyed are counted");
     EXPECT(cudaEventSynchronize(e1), cudaErrorInvalidResourceHandle);
     EXPECT(cudaFree(x), cudaErrorInvalidValue);
     EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
@@ -501,6 +513,25 @@ static int malloc_from_thread(int mode)
     pthread_join(th, NULL);
     if (t.p)
         thread_allocs[n_thread_allocs++] = t.p;
+    return t.rc;
+}
+
+/* cudaFree(NULL) from a new thread in the given mode. */
+static void *free_null_in_thread(void *arg)
+{
+    struct thread_malloc *t = arg;
+    int mode = t->mode;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    t->rc = cudaFree(NULL);
+    return NULL;
+}
+
+static int free_null_from_thread(int mode)
+{
+    struct thread_malloc t = {mode, -1, NULL};
+    pthread_t th;
+    pthread_create(&th, NULL, free_null_in_thread, &t);
+    pthread_join(th, NULL);
     return t.rc;
 }
 
@@ -551,7 +582,6 @@ static void test_capture(void)
     OK(cudaMallocAsync(&q, 512, s)); /* stream-ordered allocation is legal */
     OK(cudaFreeAsync(q, s));
     CHECK(fakecuda_pending(0) == 0, "captured work is not queued");
-    OK(cudaFree(NULL));
     gr = NULL;
     OK(cudaStreamEndCapture(s, &gr));
     CHECK(gr != NULL, "EndCapture gives a graph");
@@ -616,6 +646,40 @@ static void test_capture(void)
     free_thread_allocs();
     CLEAR_ERROR();
 
+    /* cudaFree, NULL included, follows the same rules: refused where the
+     * mode prohibits it (nothing freed, the captures invalidated), allowed
+     * in relaxed mode, where it lands the device's queued work and frees */
+    void *f;
+    OK(cudaMalloc(&f, 512));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EXPECT(cudaFree(f), cudaErrorStreamCaptureUnsupported);
+    CHECK(fakecuda_device_of(f) == 0, "the refused cudaFree freed nothing");
+    CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated, "a refused cudaFree invalidates");
+    EXPECT(cudaFree(NULL), cudaErrorStreamCaptureUnsupported); /* until the invalidated capture ends */
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    EXPECT(cudaFree(NULL), cudaErrorStreamCaptureUnsupported);
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(free_null_from_thread(cudaStreamCaptureModeThreadLocal) == cudaSuccess, "thread-local mode thread");
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "still fine");
+    CHECK(free_null_from_thread(cudaStreamCaptureModeGlobal) == cudaErrorStreamCaptureUnsupported, "global thread");
+    CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated, "invalidated from another thread");
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    OK(fakecuda_enqueue_fill(s2, b, 4, 16));
+    OK(fakecuda_enqueue_fill(s, b, 5, 16)); /* captured */
+    OK(cudaFree(f));
+    CHECK(fakecuda_device_of(f) == -1, "freed in relaxed mode");
+    CHECK(all(b, 4, 16) && fakecuda_pending(0) == 0, "cudaFree landed the queued work, not the captured");
+    OK(cudaFree(NULL));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "not invalidated");
+    OK(cudaStreamEndCapture(s, &gr));
+    CLEAR_ERROR();
+
     /* every synchronising call is illegal during a capture and invalidates
      * all captures, whichever stream it concerns */
     OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
@@ -643,8 +707,8 @@ static void test_capture(void)
     ILLEGAL_DURING_CAPTURE(cudaEventSynchronize(e));
     ILLEGAL_DURING_CAPTURE(cudaMemcpy(host, b, 16, cudaMemcpyDeviceToHost));
     ILLEGAL_DURING_CAPTURE(cudaMemset(b, 0, 16));
-    ILLEGAL_DURING_CAPTURE(cudaFree(p));
-    ILLEGAL_DURING_CAPTURE(cudaFree(host)); /* any non-NULL pointer */
+    ILLEGAL_DURING_CAPTURE(cudaFree(p)); /* the unsafe-call rule, in global mode */
+    ILLEGAL_DURING_CAPTURE(cudaFree(host)); /* any pointer */
     ILLEGAL_DURING_CAPTURE(cudaFreeHost(h));
     ILLEGAL_DURING_CAPTURE(cudaStreamQuery(s));
     CHECK(fakecuda_device_of(p) == 0, "the refused cudaFree freed nothing");
@@ -671,11 +735,22 @@ static void test_capture(void)
     OK(cudaStreamEndCapture_ptsz(s, &gr));
     CHECK(gr != NULL && gr != mine, "a graph of its own");
 
-    /* destroying a capturing stream ends the capture */
+    /* destroying a capturing stream ends the capture; its handle is never
+     * reused, and using it is counted */
     OK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
     OK(cudaStreamDestroy(s2));
     OK(cudaDeviceSynchronize());
     EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
+    unsigned long stale = fakecuda_stale_stream_uses();
+    EXPECT(cudaStreamIsCapturing(s2, &(int){0}), cudaErrorInvalidResourceHandle);
+    CHECK(fakecuda_stale_stream_uses() == stale + 1, "a destroyed stream's use is counted");
+    cudaStream_t s3;
+    OK(cudaStreamCreate(&s3));
+    CHECK(s3 != s2, "a new stream never gets a destroyed one's handle");
+    EXPECT(cudaStreamIsCapturing((cudaStream_t)(uintptr_t)0xdead000, &(int){0}), cudaErrorInvalidResourceHandle);
+    CHECK(fakecuda_stale_stream_uses() == stale + 1, "a bogus handle is not a destroyed stream's");
+    OK(cudaStreamDestroy(s3));
+    CLEAR_ERROR();
 
     OK(cudaEventDestroy(e));
     OK(cudaStreamDestroy(s));

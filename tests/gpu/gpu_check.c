@@ -473,6 +473,69 @@ static int check_capture(int argc, char **argv)
     return failures;
 }
 
+/* ---- capture_free: cudaFree of a cudaMalloc block during a stream capture -------------------------- */
+
+/* In each combination of the capture's mode and the thread's: what cudaFree
+ * returns, the last error, what became of the capture, and, where the free
+ * was refused, whether the block is still allocated with its contents. */
+static int check_capture_free(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    size_t n = 4 * MiB;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    static const struct {
+        const char *name;
+        gc_capture_mode capture, thread;
+    } cases[] = {
+        {"global", cudaStreamCaptureModeGlobal, cudaStreamCaptureModeGlobal},
+        {"thread_local", cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal},
+        {"relaxed_capture", cudaStreamCaptureModeRelaxed, cudaStreamCaptureModeGlobal},
+        {"relaxed_thread", cudaStreamCaptureModeGlobal, cudaStreamCaptureModeRelaxed},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t seed = 41 + i;
+        void *p = NULL;
+        CHECK(cudaMalloc(&p, n) == cudaSuccess, "cudaMalloc");
+        CHECK(gc_fill(p, n, seed, 0) == cudaSuccess && gc_verify(p, n, seed, 0, 0) == 0, "fill");
+        int begin = (int)cudaStreamBeginCapture(s, cases[i].capture);
+        gc_capture_mode m = cases[i].thread;
+        cudaThreadExchangeStreamCaptureMode(&m);
+        int freed = (int)cudaFree(p);
+        cudaThreadExchangeStreamCaptureMode(&m);
+        int last = (int)cudaGetLastError();
+        gc_capture_status st = cudaStreamCaptureStatusNone;
+        int status = cudaStreamIsCapturing(s, &st) == cudaSuccess ? (int)st : -1;
+        cudaGraph_t g = NULL;
+        int end = (int)cudaStreamEndCapture(s, &g);
+        int last_end = (int)cudaGetLastError();
+        if (g)
+            gc_graph_destroy(g);
+        long long bad = -1;
+        if (freed != cudaSuccess) { /* refused: still allocated, never reused meanwhile */
+            void *q = NULL;
+            CHECK(cudaMalloc(&q, n) == cudaSuccess && q != p, "another block");
+            if (q)
+                CHECK(gc_fill(q, n, 7, 0) == cudaSuccess && cudaFree(q) == cudaSuccess, "another block");
+            bad = gc_verify(p, n, seed, 0, 0);
+            CHECK(cudaFree(p) == cudaSuccess, "cudaFree after the capture");
+        }
+        char key[64];
+#define PUT(what, v) (snprintf(key, sizeof key, "%s_%s", cases[i].name, what), put(key, v))
+        PUT("begin", begin);
+        PUT("free", freed);
+        PUT("last_error", last);
+        PUT("status", status);
+        PUT("end", end);
+        PUT("last_error_end", last_end);
+        PUT("kept_bad_words", bad);
+#undef PUT
+    }
+    cudaStreamDestroy(s);
+    return failures;
+}
+
 /* ---- reset: cudaDeviceReset with blocks live ----------------------------------------------------- */
 
 static int check_reset(int argc, char **argv)
@@ -544,6 +607,7 @@ int main(int argc, char **argv)
         {"oom", check_oom, "[BIG_MIB=256 [SMALL_MIB=2]]"},
         {"meminfo", check_meminfo, "[MIB=512]"},
         {"capture", check_capture, ""},
+        {"capture_free", check_capture_free, ""},
         {"reset", check_reset, ""},
     };
     if (argc < 2) {

@@ -11,9 +11,11 @@
 #ifdef FA_GPU_FAKE
 #include "../device/fakecuda.h"
 typedef int gc_capture_mode;
+typedef int gc_capture_status;
 #else
 #include <cuda_runtime_api.h>
 typedef enum cudaStreamCaptureMode gc_capture_mode;
+typedef enum cudaStreamCaptureStatus gc_capture_status;
 #endif
 
 #ifdef __cplusplus

@@ -200,6 +200,18 @@ def case_capture_global():
     same(native, shim, "begin_global", "global_malloc", "end_global", "last_error_global")
 
 
+def case_capture_free():
+    """cudaFree of a cudaMalloc block during a stream capture, in each combination of capture mode and
+    thread mode: the same answer, last error and capture state as natively; a refused block kept."""
+    if need_gpu():
+        return SKIP
+    native, shim = both(["capture_free"])
+    for name in ("global", "thread_local", "relaxed_capture", "relaxed_thread"):
+        same(native, shim, *(f"{name}_{k}" for k in ("begin", "free", "last_error", "status", "end",
+                                                     "last_error_end", "kept_bad_words")))
+        check(shim[f"{name}_kept_bad_words"] in ("-1", "0"), f"{name}: a refused block lost its contents")
+
+
 def case_reset():
     """cudaDeviceReset with blocks live and freed: allocation works afterwards, no error left."""
     if need_gpu():
