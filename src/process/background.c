@@ -32,6 +32,7 @@
 
 #include "../core/log.h"
 #include "../core/options.h"
+#include "../core/owner.h"
 #include "../device/device.h"
 #include "../host/release.h"
 #include "../host/served.h"
@@ -156,6 +157,10 @@ static const char *start_failure(void)
 
 static bool start_thread(void)
 {
+    /* A vfork child before its exec: its thread would die with it and
+     * leave the parent's state saying one runs. */
+    if (!fa_owner_mine())
+        return false;
     int expect = IDLE;
     if (!__atomic_compare_exchange_n(&state, &expect, STARTING, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return expect == RUNNING || expect == STARTING;

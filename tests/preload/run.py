@@ -1633,6 +1633,25 @@ def case_signal_fork_numbers():
     check(tc["age_ms"] < 300, f"the child's tcmalloc numbers are {tc['age_ms']} ms old: the parent's, from before the fork")
 
 
+def case_fork_vfork_exit():
+    """A vfork child that calls exit() instead of _exit() runs the exit handlers in its parent's memory: it writes
+    no dump (the parent's numbers under its own pid), and the parent's background thread goes on: its periodic
+    dumps, and the memory it frees later going back to the OS."""
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_fork"), "vfork-exit", "3"], timeout=60,
+                env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                             FORGEALLOC_STATS_INTERVAL="200ms", FORGEALLOC_RELEASE_DELAY="300ms"))
+        docs = dumps(d)
+    check(r.returncode == 0, f"status {r.returncode}: {r.stderr[-1000:]}")
+    shown = [(doc["reason"], doc["uptime_ms"], doc["host"]["calls"]["malloc"]) for doc in docs.values()]
+    check(len(docs) == 1, f"expected the parent's stats file only, got {shown}")
+    doc = next(iter(docs.values()))
+    check(doc["reason"] == "interval" and doc["uptime_ms"] >= 2500,
+          f"the parent's periodic dumps stopped at the vfork child's exit: {shown}")
+    end = ended_mb(r.stdout)
+    check(end is not None and end <= 100, f"the parent kept the memory it freed after the vfork: {r.stdout!r}")
+
+
 def case_signal_off():
     """FORGEALLOC_STATS_ON_SIGNAL=0: no handler, the signal acts as usual."""
     with tempfile.TemporaryDirectory() as d:

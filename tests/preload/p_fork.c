@@ -1,0 +1,96 @@
+/* p_fork.c - children that fork() does not make.  Children write with
+ * write(2), never stdio.
+ *
+ *   p_fork vfork-exit S   a vfork child calls exit() instead of _exit();
+ *                         then the parent frees 800 MB (200 x 4 MB) and
+ *                         sleeps S seconds without an allocator call:
+ *                         "rss_after_free_mb N" and "rss_end_mb N"; it
+ *                         ends with _exit(0) */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MB (1024 * 1024)
+
+static void say(const char *fmt, long a, long b)
+{
+    char line[200];
+    int n = snprintf(line, sizeof line, fmt, a, b);
+    if (n > 0 && write(1, line, (size_t)n) < 0)
+        _exit(9);
+}
+
+/* Resident MB from /proc/self/statm, without stdio (no allocation). */
+static long rss_mb(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strchr(buf, ' ');
+    return p ? strtol(p + 1, NULL, 10) * sysconf(_SC_PAGESIZE) / MB : -1;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* 200 x 4 MB allocated, every page written, all freed. */
+static void burst(void)
+{
+    enum { N = 200 };
+    static char *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = malloc(4 * MB);
+        memset(b[i], 1, 4 * MB);
+    }
+    for (int i = 0; i < N; i++)
+        free(b[i]);
+}
+
+static int wait_for(pid_t pid)
+{
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return 2;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+}
+
+static int vfork_exit(long settle_ms)
+{
+    pid_t pid = vfork();
+    if (pid == 0)
+        exit(0); /* should be _exit: runs the exit handlers in the parent's memory */
+    if (wait_for(pid) != 0)
+        return 1;
+    burst();
+    say("rss_after_free_mb %ld\n", rss_mb(), 0);
+    sleep_ms(settle_ms);
+    say("rss_end_mb %ld\n", rss_mb(), 0);
+    _exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "vfork-exit") == 0 && argc == 3)
+        return vfork_exit((long)(atof(argv[2]) * 1000));
+    fprintf(stderr, "usage: p_fork vfork-exit S\n");
+    return 2;
+}
