@@ -196,6 +196,7 @@ static bool start_thread(void)
 /* start: start the thread when none runs (else only wake one that runs). */
 static bool wake(bool start)
 {
+    fa_owner_adopt(); /* a child of a fork without handlers: the state says the parent's thread runs */
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || __atomic_load_n(&pausing, __ATOMIC_ACQUIRE))
         return false;
     /* The bump alone makes a wait about to begin return at once, and a
@@ -314,7 +315,11 @@ void fa_background_fork_prepare(void)
 
 void fa_background_fork_parent(void) { __atomic_store_n(&pausing, 0, __ATOMIC_SEQ_CST); }
 
-void fa_background_fork_child(void)
+/* The child has no thread.  Periodic dumps go on in it, due an interval
+ * after the fork: its thread starts at the next wake (the release
+ * policy's, or the next report's), not here: a thread is wasted in a child
+ * that is about to exec. */
+static void reset_child(void)
 {
     pausing = 0;
     thread_tid = 0;
@@ -322,13 +327,17 @@ void fa_background_fork_child(void)
     word = 0;
     wake_at = 0;
     working = 0;
-    /* Periodic dumps go on in the child: its thread starts at the next wake
-     * (the release policy's, or the next report's), not here: a thread is
-     * wasted in a child that is about to exec. */
     if (interval_ms) {
         next_dump_ms = mono_ms() + interval_ms;
         fa_release_start_soon();
     }
+}
+
+void fa_background_adopt(void) { reset_child(); }
+
+void fa_background_fork_child(void)
+{
+    reset_child();
     /* Polling (tcmalloc serves malloc ahead of us) with a heap the parent
      * found large: no call of the child reaches us to start one later.
      * This handler runs last, after tcmalloc's (registered at its first

@@ -26,5 +26,8 @@ void fa_background_fork_prepare(void);
 void fa_background_fork_parent(void);
 /* In the child after fork: no thread there; the next need starts one. */
 void fa_background_fork_child(void);
+/* The same for the child of a fork that ran no fork handlers
+ * (core/owner.h), async-signal-safe: nothing starts here. */
+void fa_background_adopt(void);
 
 #endif

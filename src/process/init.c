@@ -47,9 +47,21 @@ static void fork_child(void)
     fa_owner_claim();
 }
 
-/* The child of a fork that ran no fork handlers (owner.h), at its first
- * call that looks. */
-static void adopt(void) { fa_signals_fork_child(); }
+/* The child of a fork that ran no fork handlers (_Fork, the fork or clone
+ * system call), at its first call that looks (owner.h): what fork_child
+ * does, with only async-signal-safe calls (the parent may have had other
+ * threads).  Its background thread starts at its next allocating call, its
+ * dumps say it was forked, and the parent's device pools are not its.  The
+ * stats registry's lock and records stay as they are: new threads in such
+ * a child may have taken records by now. */
+static void adopt(void)
+{
+    fa_device_fork_child();
+    fa_host_adopt();
+    fa_report_fork_child();
+    fa_background_adopt();
+    fa_signals_fork_child();
+}
 
 __attribute__((constructor)) static void fa_start(void)
 {

@@ -5,7 +5,19 @@
  *                         then the parent frees 800 MB (200 x 4 MB) and
  *                         sleeps S seconds without an allocator call:
  *                         "rss_after_free_mb N" and "rss_end_mb N"; it
- *                         ends with _exit(0) */
+ *                         ends with _exit(0)
+ *   p_fork nohandlers KIND S DIR  KIND is _Fork, rawfork (the fork system
+ *                         call) or clone (the clone system call without
+ *                         CLONE_VM), none of which runs fork handlers.  The
+ *                         parent makes 5000 small allocations, frees 800 MB
+ *                         and waits until it got them back (its background
+ *                         thread then holds a lock of tcmalloc's only for
+ *                         microseconds now and then); then the child frees
+ *                         800 MB of its own and sleeps S seconds without an
+ *                         allocator call: "child rss_end_mb N" and
+ *                         "child_file 0|1" (whether its stats file
+ *                         DIR/PID.json exists by then); it ends with
+ *                         exit(0) */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <sched.h>
@@ -64,6 +76,14 @@ static void burst(void)
         free(b[i]);
 }
 
+/* Whether this process's stats file exists in dir. */
+static int own_file(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%d.json", dir, (int)getpid());
+    return access(path, F_OK) == 0;
+}
+
 static int wait_for(pid_t pid)
 {
     int status = 0;
@@ -86,11 +106,47 @@ static int vfork_exit(long settle_ms)
     _exit(0);
 }
 
+static pid_t fork_without_handlers(const char *kind)
+{
+    if (strcmp(kind, "_Fork") == 0)
+        return _Fork();
+    if (strcmp(kind, "rawfork") == 0)
+        return (pid_t)syscall(SYS_fork);
+    if (strcmp(kind, "clone") == 0)
+        return (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    return -1;
+}
+
+static int no_handlers(const char *kind, long settle_ms, const char *dir)
+{
+    for (int i = 0; i < 5000; i++)
+        free(malloc(100));
+    long start = rss_mb();
+    burst();
+    for (int i = 0; i < 200 && rss_mb() > start + 64; i++)
+        sleep_ms(50); /* the parent's own return, before the fork */
+    /* ... and then some: the parent's background thread runs (no fork
+     * handler stops it), and a child of a fork without handlers that
+     * allocates while it held one of tcmalloc's locks would wait for it
+     * for ever.  Its ticks from now on are short. */
+    sleep_ms(500);
+    pid_t pid = fork_without_handlers(kind);
+    if (pid == 0) {
+        burst();
+        sleep_ms(settle_ms);
+        say("child rss_end_mb %ld\nchild_file %ld\n", rss_mb(), own_file(dir));
+        exit(0);
+    }
+    return wait_for(pid);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "vfork-exit") == 0 && argc == 3)
         return vfork_exit((long)(atof(argv[2]) * 1000));
-    fprintf(stderr, "usage: p_fork vfork-exit S\n");
+    if (strcmp(mode, "nohandlers") == 0 && argc == 5)
+        return no_handlers(argv[2], (long)(atof(argv[3]) * 1000), argv[4]);
+    fprintf(stderr, "usage: p_fork vfork-exit S | nohandlers _Fork|rawfork|clone S DIR\n");
     return 2;
 }

@@ -1652,6 +1652,27 @@ def case_fork_vfork_exit():
     check(end is not None and end <= 100, f"the parent kept the memory it freed after the vfork: {r.stdout!r}")
 
 
+def case_fork_no_handlers():
+    """A child of a fork that runs no fork handlers (glibc's _Fork, the fork or clone system call) behaves as a
+    forked one: it starts its own background thread (the parent's does not exist in it), so the memory it frees
+    goes back to the OS and its periodic dumps are written, and its dumps say it was forked."""
+    for kind in ("_Fork", "rawfork", "clone"):
+        with tempfile.TemporaryDirectory() as d:
+            r = run([prog("p_fork"), "nohandlers", kind, "2", d], timeout=60,
+                    env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                                 FORGEALLOC_STATS_INTERVAL="300ms", FORGEALLOC_RELEASE_DELAY="300ms"))
+            docs = dumps(d)
+        check(r.returncode == 0, f"{kind}: status {r.returncode}: {r.stderr[-1000:]}")
+        end = ended_mb(r.stdout, "child ")
+        check(end is not None and end <= 100, f"{kind}: the child kept the memory it freed: {r.stdout!r}")
+        check("child_file 1" in r.stdout, f"{kind}: no periodic dump from the child: {r.stdout!r}")
+        forked = [doc for doc in docs.values() if doc["forked"]]
+        check(len(docs) == 2 and len(forked) == 1 and forked[0]["reason"] == "exit",
+              f"{kind}: dumps {[(doc['reason'], doc['forked']) for doc in docs.values()]}, expected the parent's "
+              "and the forked child's")
+        print(f"{kind}: child rss_end_mb {end}")
+
+
 def case_signal_off():
     """FORGEALLOC_STATS_ON_SIGNAL=0: no handler, the signal acts as usual."""
     with tempfile.TemporaryDirectory() as d:
