@@ -51,9 +51,8 @@ static void fork_child(void)
  * system call), at its first call that looks (owner.h): what fork_child
  * does, with only async-signal-safe calls (the parent may have had other
  * threads).  Its background thread starts at its next allocating call, its
- * dumps say it was forked, and the parent's device pools are not its.  The
- * stats registry's lock and records stay as they are: new threads in such
- * a child may have taken records by now. */
+ * dumps say it was forked, and the parent's device pools are not its.  Its
+ * counts started at zero at the fork itself (stats.h). */
 static void adopt(void)
 {
     fa_device_fork_child();

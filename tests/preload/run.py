@@ -1655,7 +1655,8 @@ def case_fork_vfork_exit():
 def case_fork_no_handlers():
     """A child of a fork that runs no fork handlers (glibc's _Fork, the fork or clone system call) behaves as a
     forked one: it starts its own background thread (the parent's does not exist in it), so the memory it frees
-    goes back to the OS and its periodic dumps are written, and its dumps say it was forked."""
+    goes back to the OS and its periodic dumps are written, and its dumps say it was forked and count its own calls
+    (the parent made 5000 mallocs before the fork, the child 200)."""
     for kind in ("_Fork", "rawfork", "clone"):
         with tempfile.TemporaryDirectory() as d:
             r = run([prog("p_fork"), "nohandlers", kind, "2", d], timeout=60,
@@ -1670,7 +1671,9 @@ def case_fork_no_handlers():
         check(len(docs) == 2 and len(forked) == 1 and forked[0]["reason"] == "exit",
               f"{kind}: dumps {[(doc['reason'], doc['forked']) for doc in docs.values()]}, expected the parent's "
               "and the forked child's")
-        print(f"{kind}: child rss_end_mb {end}")
+        mallocs = forked[0]["host"]["calls"]["malloc"]
+        check(200 <= mallocs < 1000, f"{kind}: the child counted {mallocs} mallocs, expected its own 200 and a few")
+        print(f"{kind}: child rss_end_mb {end}, mallocs {mallocs}")
 
 
 def case_signal_off():
