@@ -316,9 +316,7 @@ void fa_background_fork_prepare(void)
 void fa_background_fork_parent(void) { __atomic_store_n(&pausing, 0, __ATOMIC_SEQ_CST); }
 
 /* The child has no thread.  Periodic dumps go on in it, due an interval
- * after the fork: its thread starts at the next wake (the release
- * policy's, or the next report's), not here: a thread is wasted in a child
- * that is about to exec. */
+ * after the fork. */
 static void reset_child(void)
 {
     pausing = 0;
@@ -327,17 +325,31 @@ static void reset_child(void)
     word = 0;
     wake_at = 0;
     working = 0;
-    if (interval_ms) {
+    if (interval_ms)
         next_dump_ms = mono_ms() + interval_ms;
-        fa_release_start_soon();
-    }
 }
 
-void fa_background_adopt(void) { reset_child(); }
+/* No thread can start here: it starts at the child's next allocating
+ * call. */
+void fa_background_adopt(void)
+{
+    reset_child();
+    if (interval_ms || fa_release_polling())
+        fa_release_start_soon();
+}
 
 void fa_background_fork_child(void)
 {
     reset_child();
+    /* Periodic dumps: the thread starts now, as it does at the start of a
+     * process with them, so a child that makes no allocator call (a worker
+     * waiting for its first task, a child that sleeps) still writes them.
+     * A child that execs soon after loses it unused: its program starts
+     * its own.  Where it cannot start, start_thread says so (at
+     * FORGEALLOC_LOG=info: not a line in every child of a process at its
+     * thread limit). */
+    if (interval_ms)
+        fa_background_wake();
     /* Polling (tcmalloc serves malloc ahead of us) with a heap the parent
      * found large: no call of the child reaches us to start one later.
      * This handler runs last, after tcmalloc's (registered at its first

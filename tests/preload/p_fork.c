@@ -1,5 +1,5 @@
-/* p_fork.c - children that fork() does not make.  Children write with
- * write(2), never stdio.
+/* p_fork.c - children that fork() does not make, and a forked child that
+ * makes no allocator call.  Children write with write(2), never stdio.
  *
  *   p_fork vfork-exit S   a vfork child calls exit() instead of _exit();
  *                         then the parent frees 800 MB (200 x 4 MB) and
@@ -17,7 +17,10 @@
  *                         allocator call: "child rss_end_mb N" and
  *                         "child_file 0|1" (whether its stats file
  *                         DIR/PID.json exists by then); it ends with
- *                         exit(0) */
+ *                         exit(0)
+ *   p_fork idle S DIR     fork(); the child makes no allocator call and
+ *                         sleeps S seconds: "child_file 0|1" as above; it
+ *                         ends with _exit(0) */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <sched.h>
@@ -140,6 +143,17 @@ static int no_handlers(const char *kind, long settle_ms, const char *dir)
     return wait_for(pid);
 }
 
+static int idle_child(long settle_ms, const char *dir)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        sleep_ms(settle_ms);
+        say("child_file %ld\n", own_file(dir), 0);
+        _exit(0);
+    }
+    return wait_for(pid);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -147,6 +161,8 @@ int main(int argc, char **argv)
         return vfork_exit((long)(atof(argv[2]) * 1000));
     if (strcmp(mode, "nohandlers") == 0 && argc == 5)
         return no_handlers(argv[2], (long)(atof(argv[3]) * 1000), argv[4]);
-    fprintf(stderr, "usage: p_fork vfork-exit S | nohandlers _Fork|rawfork|clone S DIR\n");
+    if (strcmp(mode, "idle") == 0 && argc == 4)
+        return idle_child((long)(atof(argv[2]) * 1000), argv[3]);
+    fprintf(stderr, "usage: p_fork vfork-exit S | nohandlers _Fork|rawfork|clone S DIR | idle S DIR\n");
     return 2;
 }

@@ -1676,6 +1676,21 @@ def case_fork_no_handlers():
         print(f"{kind}: child rss_end_mb {end}, mallocs {mallocs}")
 
 
+def case_fork_idle_interval():
+    """With FORGEALLOC_STATS_INTERVAL, a forked child that makes no allocator call (a worker waiting for its first
+    task) writes its periodic dumps too: its background thread starts at the fork, as a process's does at its
+    start."""
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_fork"), "idle", "1.5", d], timeout=60,
+                env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                             FORGEALLOC_STATS_INTERVAL="300ms"))
+        docs = dumps(d)
+    check(r.returncode == 0, f"status {r.returncode}: {r.stderr[-1000:]}")
+    check("child_file 1" in r.stdout, f"no periodic dump from the idle child: {r.stdout!r}")
+    forked = [doc for doc in docs.values() if doc["forked"]]
+    check(len(forked) == 1 and forked[0]["reason"] == "interval", f"the child's dumps: {forked}")
+
+
 def case_signal_off():
     """FORGEALLOC_STATS_ON_SIGNAL=0: no handler, the signal acts as usual."""
     with tempfile.TemporaryDirectory() as d:
