@@ -29,6 +29,7 @@
 
 #include "../core/log.h"
 #include "../core/options.h"
+#include "../core/owner.h"
 #include "../core/fmt.h"
 #include "../stats/snapshot.h"
 #include "../stats/stats.h"
@@ -199,6 +200,7 @@ static void report_large(size_t n, const char *fn, void *caller)
  * report and the release policy.  Returns p. */
 static __attribute__((noinline)) void *large_seen(void *p, size_t n, const char *fn, void *caller)
 {
+    fa_owner_adopt(); /* a child of a fork without handlers: the policy's state is the parent's */
     if (__builtin_expect(__atomic_load_n(&soon_due, __ATOMIC_RELAXED), 0))
         soon_run(caller);
     if (p && report_size && n >= report_size)
@@ -299,6 +301,7 @@ static void tc_cache_update(void)
 
 static __attribute__((noinline)) void tc_cache_refresh(void)
 {
+    fa_owner_adopt(); /* a child of a fork without handlers that makes no large allocation */
     fa_release_nudge();
     tc_cache_update();
 }
@@ -785,19 +788,29 @@ void fa_host_start_pages(void)
     fa_debug("%zu KiB of pages tcmalloc cleared at start and holds only zeros given back", zero >> 10);
 }
 
-void fa_host_fork_child(void)
+/* A fork while another thread wrote a copy: that copy stays half written
+ * and the writer flag set in the child, whose signal-time reports would
+ * show the parent's numbers from before the fork for good. */
+static void reset_child(void)
 {
-    /* A fork while another thread wrote a copy: that copy stays half
-     * written and the writer flag set in the child, whose signal-time
-     * reports would show the parent's numbers from before the fork for
-     * good.  The child's own numbers, now: tcmalloc's handlers ran. */
     for (int i = 0; i < 2; i++)
         if (tc_cache[i].seq & 1)
             tc_cache[i].seq = 0;
     tc_cache_busy = 0;
-    fa_release_fork_child();
-    tc_cache_update();
     clock_gettime(CLOCK_MONOTONIC, &start_time);
     report_tokens_ms = 0;
     reports_suppressed = 0;
+}
+
+void fa_host_fork_child(void)
+{
+    reset_child();
+    fa_release_fork_child();
+    tc_cache_update(); /* the child's own numbers, now: tcmalloc's handlers ran */
+}
+
+void fa_host_adopt(void)
+{
+    reset_child();
+    fa_release_adopt();
 }

@@ -69,6 +69,11 @@ void fa_host_start(void);
 void fa_host_start_pages(void);
 /* After fork, in the child. */
 void fa_host_fork_child(void);
+/* fa_host_fork_child for the child of a fork that ran no fork handlers
+ * (core/owner.h): async-signal-safe, no call into tcmalloc (signal-time
+ * reports show the parent's last copy of its numbers, and their age,
+ * until the child's next refresh). */
+void fa_host_adopt(void);
 
 #ifdef __cplusplus
 }

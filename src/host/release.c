@@ -12,6 +12,7 @@
 
 #include "../core/log.h"
 #include "../core/options.h"
+#include "../core/owner.h"
 #include "decay.h"
 #include "pressure.h"
 #include "tcprop.h"
@@ -552,7 +553,11 @@ static size_t release_everything(enum fa_release_reason why, bool wait)
     return got;
 }
 
-size_t fa_release_all(void) { return release_everything(FA_REL_request, true); }
+size_t fa_release_all(void)
+{
+    fa_owner_adopt(); /* a child of a fork without handlers: a tick of the parent's thread may have held `busy` */
+    return release_everything(FA_REL_request, true);
+}
 
 void fa_release_before_fork(void) { release_everything(FA_REL_fork, false); }
 
@@ -570,16 +575,10 @@ bool fa_release_in_background(void)
     return __atomic_load_n(&background, __ATOMIC_RELAXED) == BG_THREAD || __atomic_load_n(&polling, __ATOMIC_RELAXED);
 }
 
-void fa_release_fork_child(void)
+/* The child's own policy: no thread, nothing learnt, nothing returned
+ * yet.  The tables stay: the child inherits the parent's live blocks. */
+static void reset_child(void)
 {
-    /* The tables stay: the child inherits the parent's live blocks.  The
-     * child has no background thread: it starts its own when it needs one,
-     * at its first allocation when it inherits free memory beyond the
-     * threshold (which its parent's returns would leave to it alone).
-     * tcmalloc's fork handler, registered before ours, has run: its
-     * numbers can be read. */
-    bool inherited = background != BG_NONE && delay_ms() &&
-                     fa_tc_prop("tcmalloc.pageheap_free_bytes") > (keep_bytes() > STEP ? keep_bytes() : STEP);
     shrink = 0;
     busy = 0;
     releases = 0;
@@ -597,6 +596,30 @@ void fa_release_fork_child(void)
     inline_due_ms = 0;
     background = BG_NONE;
     fa_pressure_reset();
+}
+
+void fa_release_fork_child(void)
+{
+    /* The child has no background thread: it starts its own when it needs
+     * one, at its first allocation when it inherits free memory beyond the
+     * threshold (which its parent's returns would leave to it alone).
+     * tcmalloc's fork handler, registered before ours, has run: its
+     * numbers can be read. */
+    bool inherited = background != BG_NONE && delay_ms() &&
+                     fa_tc_prop("tcmalloc.pageheap_free_bytes") > (keep_bytes() > STEP ? keep_bytes() : STEP);
+    reset_child();
+    if (inherited)
+        fa_release_start_soon();
+}
+
+void fa_release_adopt(void)
+{
+    /* tcmalloc's numbers cannot be read here (a lock of its may be held by
+     * a thread of the parent): a parent that held large free memory may
+     * have left it to the child, whose thread looks at its next
+     * allocation. */
+    bool inherited = background != BG_NONE && delay_ms();
+    reset_child();
     if (inherited)
         fa_release_start_soon();
 }

@@ -100,6 +100,9 @@ uint64_t fa_release_hold_ms(void);
 /* True while the background thread runs the policy. */
 bool fa_release_in_background(void);
 void fa_release_fork_child(void);
+/* fa_release_fork_child for the child of a fork that ran no fork handlers
+ * (core/owner.h): async-signal-safe, no call into tcmalloc. */
+void fa_release_adopt(void);
 /* Before a fork, once the background thread stopped for it: the free
  * memory it watched goes back now (it would stay unwatched otherwise). */
 void fa_release_before_fork(void);

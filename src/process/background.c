@@ -32,6 +32,7 @@
 
 #include "../core/log.h"
 #include "../core/options.h"
+#include "../core/owner.h"
 #include "../device/device.h"
 #include "../host/release.h"
 #include "../host/served.h"
@@ -156,6 +157,10 @@ static const char *start_failure(void)
 
 static bool start_thread(void)
 {
+    /* A vfork child before its exec: its thread would die with it and
+     * leave the parent's state saying one runs. */
+    if (!fa_owner_mine())
+        return false;
     int expect = IDLE;
     if (!__atomic_compare_exchange_n(&state, &expect, STARTING, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return expect == RUNNING || expect == STARTING;
@@ -191,6 +196,7 @@ static bool start_thread(void)
 /* start: start the thread when none runs (else only wake one that runs). */
 static bool wake(bool start)
 {
+    fa_owner_adopt(); /* a child of a fork without handlers: the state says the parent's thread runs */
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || __atomic_load_n(&pausing, __ATOMIC_ACQUIRE))
         return false;
     /* The bump alone makes a wait about to begin return at once, and a
@@ -309,7 +315,9 @@ void fa_background_fork_prepare(void)
 
 void fa_background_fork_parent(void) { __atomic_store_n(&pausing, 0, __ATOMIC_SEQ_CST); }
 
-void fa_background_fork_child(void)
+/* The child has no thread.  Periodic dumps go on in it, due an interval
+ * after the fork. */
+static void reset_child(void)
 {
     pausing = 0;
     thread_tid = 0;
@@ -317,13 +325,31 @@ void fa_background_fork_child(void)
     word = 0;
     wake_at = 0;
     working = 0;
-    /* Periodic dumps go on in the child: its thread starts at the next wake
-     * (the release policy's, or the next report's), not here: a thread is
-     * wasted in a child that is about to exec. */
-    if (interval_ms) {
+    if (interval_ms)
         next_dump_ms = mono_ms() + interval_ms;
+}
+
+/* No thread can start here: it starts at the child's next allocating
+ * call. */
+void fa_background_adopt(void)
+{
+    reset_child();
+    if (interval_ms || fa_release_polling())
         fa_release_start_soon();
-    }
+}
+
+void fa_background_fork_child(void)
+{
+    reset_child();
+    /* Periodic dumps: the thread starts now, as it does at the start of a
+     * process with them, so a child that makes no allocator call (a worker
+     * waiting for its first task, a child that sleeps) still writes them.
+     * A child that execs soon after loses it unused: its program starts
+     * its own.  Where it cannot start, start_thread says so (at
+     * FORGEALLOC_LOG=info: not a line in every child of a process at its
+     * thread limit). */
+    if (interval_ms)
+        fa_background_wake();
     /* Polling (tcmalloc serves malloc ahead of us) with a heap the parent
      * found large: no call of the child reaches us to start one later.
      * This handler runs last, after tcmalloc's (registered at its first

@@ -24,7 +24,11 @@ void fa_background_stop(void);
  * one thread); after it, in the parent, threads may start again. */
 void fa_background_fork_prepare(void);
 void fa_background_fork_parent(void);
-/* In the child after fork: no thread there; the next need starts one. */
+/* In the child after fork: no thread there.  With periodic dumps one
+ * starts at once; otherwise the next need starts one. */
 void fa_background_fork_child(void);
+/* The same for the child of a fork that ran no fork handlers
+ * (core/owner.h), async-signal-safe: nothing starts here. */
+void fa_background_adopt(void);
 
 #endif

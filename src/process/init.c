@@ -21,6 +21,7 @@
 #include "forgealloc.h"
 #include "../core/log.h"
 #include "../core/options.h"
+#include "../core/owner.h"
 #include "signals.h"
 
 static void fork_prepare(void)
@@ -42,10 +43,28 @@ static void fork_child(void)
     fa_host_fork_child();
     fa_report_fork_child();
     fa_background_fork_child();
+    fa_signals_fork_child();
+    fa_owner_claim();
+}
+
+/* The child of a fork that ran no fork handlers (_Fork, the fork or clone
+ * system call), at its first call that looks (owner.h): what fork_child
+ * does, with only async-signal-safe calls (the parent may have had other
+ * threads).  Its background thread starts at its next allocating call, its
+ * dumps say it was forked, and the parent's device pools are not its.  Its
+ * counts started at zero at the fork itself (stats.h). */
+static void adopt(void)
+{
+    fa_device_fork_child();
+    fa_host_adopt();
+    fa_report_fork_child();
+    fa_background_adopt();
+    fa_signals_fork_child();
 }
 
 __attribute__((constructor)) static void fa_start(void)
 {
+    fa_owner_start(adopt);
     fa_stderr_note();
     fa_report_start();
     fa_host_start();
@@ -77,8 +96,15 @@ static bool maybe_in_handler(void)
     return pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && !sigisemptyset(&cur);
 }
 
+/* A vfork child (or a clone that shares our memory) that calls exit()
+ * instead of _exit() runs this in the parent's memory: it would stop the
+ * parent's background thread (no more periodic dumps or returns to the
+ * OS there) and write the parent's numbers under its own pid.  It leaves
+ * everything as it is. */
 __attribute__((destructor)) static void fa_stop(void)
 {
+    if (!fa_owner_mine())
+        return;
     fa_background_stop();
     if (!maybe_in_handler()) {
         fa_report_configured("exit", false);

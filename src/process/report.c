@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../core/log.h"
+#include "../core/owner.h"
 #include "../core/parent.h"
 #include "../device/device.h"
 #include "../host/host.h"
@@ -38,6 +39,7 @@ static int sig_owner; /* thread id of the signal dump under way, 0 if none */
 
 void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
 {
+    fa_owner_adopt(); /* a child of a fork without handlers reports as a forked one */
     memset(s, 0, sizeof *s);
     s->reason = reason;
     s->in_signal = in_signal;
@@ -53,8 +55,11 @@ void fa_snapshot_take(fa_snapshot *s, const char *reason, bool in_signal)
     fa_device_fill(s);
 }
 
+/* A child of a fork without handlers first takes the state over: the
+ * parent's thread may have been in the middle of a dump. */
 static void lock_main(void)
 {
+    fa_owner_adopt();
     while (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
         sched_yield();
 }
@@ -174,6 +179,7 @@ static void flush_stdout(void)
 
 bool fa_report_signal_enter(void)
 {
+    fa_owner_adopt();
     int self = (int)gettid();
     for (;;) {
         int owner = 0;

@@ -20,11 +20,11 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "report.h"
 #include "../core/options.h"
+#include "../core/owner.h"
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef sighandler_t (*handler_fn)(int, sighandler_t);
@@ -74,18 +74,12 @@ struct watched {
 static struct watched table[NWATCHED];
 static unsigned long watched_bits; /* bit sig set: the signal is watched (set once at start) */
 
-/* The process the table belongs to, and the table's lock.  They live in a
- * page the kernel zeroes in the child of any fork (MADV_WIPEONFORK), also
- * one that runs no fork handlers (_Fork, a raw fork or clone): such a child
- * finds no owner and takes the table over (borrowed).  A vfork child shares
- * the page, so it still finds the parent's.  Where the page cannot be had,
- * the static copy serves, and only a fork with handlers hands the table on. */
-struct ownership {
-    pid_t owner;
-    int table_lock;
-};
-static struct ownership fallback;
-static struct ownership *ownership = &fallback;
+/* The table's lock: a word that starts free in the child of any fork, also
+ * one that runs no fork handlers (_Fork, a raw fork or clone), where
+ * another thread of the parent may have held it.  Whose the table is, is
+ * owner.h's: such a child takes it over (fa_signals_fork_child) at its
+ * first call here, and a vfork child still finds the parent's. */
+static int *table_lock(void) { return fa_owner_lock_word(); }
 
 static struct watched *find(int sig)
 {
@@ -100,40 +94,31 @@ static struct watched *find(int sig)
 
 /* A spin lock taken with every signal blocked: sigaction may be called from
  * a signal handler, which must not find its own thread holding the lock.
- * The child of a fork starts with it free (fork_child). */
+ * The child of any fork starts with it free. */
 static void lock(sigset_t *old)
 {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, old);
-    while (__atomic_exchange_n(&ownership->table_lock, 1, __ATOMIC_ACQUIRE))
+    while (__atomic_exchange_n(table_lock(), 1, __ATOMIC_ACQUIRE))
         sched_yield();
 }
 
 static void unlock(const sigset_t *old)
 {
-    __atomic_store_n(&ownership->table_lock, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(table_lock(), 0, __ATOMIC_RELEASE);
     pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
 static bool is_handler(sighandler_t h) { return h != SIG_DFL && h != SIG_IGN; }
 
-static void fork_child(void);
-
 /* Whether the table belongs to another process.  A vfork child (posix_spawn,
  * CPython's subprocess) runs in our memory until it execs: it must not
  * write the table, which would change what the parent's queries return,
  * nor dump with the parent's buffers.  Its settings go to the kernel as
- * they are.  A forked child that found the owner wiped takes it over. */
-static bool borrowed(void)
-{
-    pid_t o = __atomic_load_n(&ownership->owner, __ATOMIC_RELAXED);
-    if (!o && __atomic_load_n(&watched_bits, __ATOMIC_RELAXED)) {
-        fork_child();
-        return false;
-    }
-    return o && getpid() != o;
-}
+ * they are.  A forked child owns its copy (a child of a fork without
+ * handlers takes it over here). */
+static bool borrowed(void) { return !fa_owner_mine(); }
 
 /* The first process of a pid namespace (a container's PID 1 with no init
  * in front): the kernel ignores a signal left at SIG_DFL, so there is no
@@ -308,12 +293,10 @@ static void on_oneshot_info(int sig, siginfo_t *info, void *ctx) { deliver_onesh
 
 /* ---- start and fork ----------------------------------------------------- */
 
-/* The child of a fork inherits the dispositions and the table as they are;
- * only a lock another thread held at the fork must be let go. */
-static void fork_child(void)
+/* The child of a fork inherits the dispositions and the table as they are
+ * (its lock starts free: owner.h). */
+void fa_signals_fork_child(void)
 {
-    ownership->table_lock = 0;
-    __atomic_store_n(&ownership->owner, getpid(), __ATOMIC_RELAXED);
     if (pid1) { /* a child of PID 1 dies of SIG_DFL signals: it dumps first */
         pid1 = false;
         for (size_t i = 0; i < NWATCHED; i++)
@@ -330,14 +313,6 @@ void fa_signals_start(void)
         real((enum fa_signal_call)c); /* now, not later inside a handler */
     if (!real(FA_SIGCALL_SIGACTION))
         return; /* no libc sigaction to forward to: leave the signals alone */
-    void *page = mmap(NULL, sizeof *ownership, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (page != MAP_FAILED) {
-        if (madvise(page, sizeof *ownership, MADV_WIPEONFORK) == 0)
-            ownership = page;
-        else
-            munmap(page, sizeof *ownership);
-    }
-    __atomic_store_n(&ownership->owner, getpid(), __ATOMIC_RELAXED);
     pid1 = getpid() == 1;
     sigset_t old;
     lock(&old);
@@ -354,7 +329,6 @@ void fa_signals_start(void)
     }
     __atomic_store_n(&watched_bits, bits, __ATOMIC_RELEASE);
     unlock(&old);
-    pthread_atfork(NULL, NULL, fork_child);
 }
 
 /* ---- the calls ---------------------------------------------------------- */

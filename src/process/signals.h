@@ -32,6 +32,9 @@ enum fa_signal_call {
  * FORGEALLOC_STATS_ON_SIGNAL is 1, watch SIGTERM and SIGINT.  Before this,
  * and for every other signal, all calls go to libc unchanged. */
 void fa_signals_start(void);
+/* In the child of a fork (from the fork handler, or where the child of a
+ * fork without handlers takes the state over): async-signal-safe. */
+void fa_signals_fork_child(void);
 
 /* sigaction and __sigaction. */
 int fa_signals_action(enum fa_signal_call call, int sig, const struct sigaction *act, struct sigaction *oact);

@@ -4,7 +4,13 @@
  * created inside malloc.  Thread exit is seen through a pthread key
  * destructor; pthread_setspecific on a key created this early uses the
  * thread's static slots and does not allocate.  If it ever did, the nested
- * malloc would count into the shared record (see `acquiring`). */
+ * malloc would count into the shared record (see `acquiring`).
+ *
+ * A slab holds the counters of SLAB_RECORDS records in pages the kernel
+ * zeroes in the child of any fork (MADV_WIPEONFORK), and after them one
+ * node per record that it copies: the links that chain every record and
+ * the free ones, which the child needs as they were.  So a child's counts
+ * start at zero at the fork itself, also where no fork handler runs. */
 #include "stats.h"
 
 #include <errno.h>
@@ -24,18 +30,58 @@ __thread fa_tstats *fa_tls_stats __attribute__((tls_model("initial-exec")));
 static __thread unsigned char tls_dead __attribute__((tls_model("initial-exec")));
 static __thread unsigned char tls_acquiring __attribute__((tls_model("initial-exec")));
 
-static fa_tstats shared;
-static fa_tstats *all_records;  /* every record, newest first (atomic head) */
-static fa_tstats *free_records; /* under `lock` */
-static size_t record_count;     /* written under `lock`, read anywhere */
-static fa_tstats *slab_next, *slab_end; /* unused part of the current slab */
+/* A record's links, beside its counters. */
+typedef struct node {
+    fa_tstats *counts;
+    struct node *next;      /* every record ever made, never unlinked */
+    struct node *next_free; /* the records waiting for a new thread */
+} node;
+
+#define SLAB_RECORDS 128
+#define COUNTS_BYTES (SLAB_RECORDS * sizeof(fa_tstats)) /* whole pages: wiped on fork */
+#define SLAB_BYTES (COUNTS_BYTES + SLAB_RECORDS * sizeof(node))
+_Static_assert(COUNTS_BYTES % 4096 == 0, "the wiped counters end on a page");
+
+/* Where no slab can be had, and until fa_stats_init: `shared` is this. */
+static fa_tstats shared_static;
+static fa_tstats *shared = &shared_static;
+static node *all_records;  /* newest first (atomic head) */
+static node *free_records; /* under `lock` */
+static size_t record_count; /* written under `lock`, read anywhere */
+static char *slab;          /* the current slab */
+static unsigned slab_used;  /* records taken from it */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t exit_key;
 static int key_state; /* 0 none, 1 creating, 2 ready, 3 failed */
 
-#define SLAB_BYTES (64 * 1024)
-
 static void thread_exit(void *arg);
+
+/* Pre: `lock` held, or no other thread can be here (fa_stats_init's
+ * creator).  A new record (counters zero) linked into all_records, or NULL
+ * when mmap fails (the caller then counts into `shared`).  Where the
+ * kernel does not wipe memory on fork (before Linux 4.14) the counters are
+ * only zeroed by the fork handler. */
+static node *new_record_locked(void)
+{
+    if (slab == NULL || slab_used == SLAB_RECORDS) {
+        int saved = errno; /* a failure here is ours: the caller's malloc or free still succeeds */
+        void *m = mmap(NULL, SLAB_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m != MAP_FAILED)
+            madvise(m, COUNTS_BYTES, MADV_WIPEONFORK);
+        errno = saved;
+        if (m == MAP_FAILED)
+            return NULL;
+        slab = m;
+        slab_used = 0;
+    }
+    node *n = (node *)(slab + COUNTS_BYTES) + slab_used;
+    n->counts = (fa_tstats *)slab + slab_used;
+    slab_used++;
+    n->next = __atomic_load_n(&all_records, __ATOMIC_RELAXED);
+    __atomic_store_n(&all_records, n, __ATOMIC_RELEASE);
+    __atomic_store_n(&record_count, record_count + 1, __ATOMIC_RELAXED);
+    return n;
+}
 
 void fa_stats_init(void)
 {
@@ -44,36 +90,24 @@ void fa_stats_init(void)
         return;
     if (!__atomic_compare_exchange_n(&key_state, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return; /* another thread is creating it */
+    /* The shared record is a slab's too (wiped on fork), kept off the
+     * free list; what was counted into the static one stays counted. */
+    pthread_mutex_lock(&lock);
+    node *n = new_record_locked();
+    if (n)
+        __atomic_store_n(&shared, n->counts, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
     int ok = pthread_key_create(&exit_key, thread_exit) == 0;
     __atomic_store_n(&key_state, ok ? 2 : 3, __ATOMIC_RELEASE);
 }
 
-/* Pre: `lock` held.  Returns a zeroed record linked into all_records, or
- * NULL when mmap fails (the caller then counts into `shared`). */
-static fa_tstats *new_record_locked(void)
-{
-    if (slab_next == NULL || slab_next + 1 > slab_end) {
-        int saved = errno; /* a failure here is ours: the caller's malloc or free still succeeds */
-        void *m = mmap(NULL, SLAB_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        errno = saved;
-        if (m == MAP_FAILED)
-            return NULL;
-        slab_next = (fa_tstats *)m;
-        slab_end = (fa_tstats *)((char *)m + SLAB_BYTES);
-    }
-    fa_tstats *r = slab_next++;
-    r->next = __atomic_load_n(&all_records, __ATOMIC_RELAXED);
-    __atomic_store_n(&all_records, r, __ATOMIC_RELEASE);
-    __atomic_store_n(&record_count, record_count + 1, __ATOMIC_RELAXED);
-    return r;
-}
-
 static void add_shared(enum fa_call c, size_t n, bool alloc)
 {
-    __atomic_fetch_add(&shared.calls[c], 1, __ATOMIC_RELAXED);
+    fa_tstats *s = __atomic_load_n(&shared, __ATOMIC_ACQUIRE);
+    __atomic_fetch_add(&s->calls[c], 1, __ATOMIC_RELAXED);
     if (alloc) {
-        __atomic_fetch_add(&shared.bytes_requested, n, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&shared.hist[fa_hist_bucket(n)], 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&s->bytes_requested, n, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&s->hist[fa_hist_bucket(n)], 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -87,7 +121,7 @@ void fa_stats_count_slow(enum fa_call c, size_t n, bool alloc)
     }
     tls_acquiring = 1;
     fa_stats_init();
-    fa_tstats *r = NULL;
+    node *r = NULL;
     pthread_mutex_lock(&lock);
     if (free_records) {
         r = free_records;
@@ -104,7 +138,7 @@ void fa_stats_count_slow(enum fa_call c, size_t n, bool alloc)
         add_shared(c, n, alloc);
         return;
     }
-    fa_tls_stats = r;
+    fa_tls_stats = r->counts;
     if (alloc)
         fa_stats_alloc(c, n);
     else
@@ -113,7 +147,7 @@ void fa_stats_count_slow(enum fa_call c, size_t n, bool alloc)
 
 static void thread_exit(void *arg)
 {
-    fa_tstats *r = arg;
+    node *r = arg;
     /* Later calls on this thread (other destructors, glibc's own cleanup)
      * count into `shared`; the record and its counts go to the next thread. */
     tls_dead = 1;
@@ -130,7 +164,7 @@ void fa_stats_large(void)
     if (t)
         FA_RELAXED_ADD(t->large_allocs, 1);
     else
-        __atomic_fetch_add(&shared.large_allocs, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&__atomic_load_n(&shared, __ATOMIC_ACQUIRE)->large_allocs, 1, __ATOMIC_RELAXED);
 }
 
 static void add_record(fa_tstats *out, fa_tstats *r)
@@ -148,12 +182,16 @@ void fa_stats_sum(fa_tstats *out)
     memset(out, 0, sizeof *out);
     /* Lock-free: safe from a signal handler that interrupted a thread
      * holding `lock`.  Records are only ever added at the head. */
-    for (fa_tstats *r = __atomic_load_n(&all_records, __ATOMIC_ACQUIRE); r; r = r->next)
-        add_record(out, r);
-    add_record(out, &shared);
+    for (node *r = __atomic_load_n(&all_records, __ATOMIC_ACQUIRE); r; r = r->next)
+        add_record(out, r->counts); /* `shared` among them, once it is a slab's */
+    add_record(out, &shared_static);
 }
 
-size_t fa_stats_records(void) { return __atomic_load_n(&record_count, __ATOMIC_RELAXED); }
+size_t fa_stats_records(void)
+{
+    size_t n = __atomic_load_n(&record_count, __ATOMIC_RELAXED);
+    return __atomic_load_n(&shared, __ATOMIC_RELAXED) != &shared_static ? n - 1 : n; /* threads' records only */
+}
 
 void fa_stats_fork_prepare(void) { pthread_mutex_lock(&lock); }
 
@@ -173,12 +211,12 @@ void fa_stats_fork_child(void)
      * and all counts restart so the child reports its own numbers. */
     pthread_mutex_init(&lock, NULL);
     free_records = NULL;
-    for (fa_tstats *r = all_records; r; r = r->next) {
-        zero_counts(r);
-        if (r != fa_tls_stats) {
+    for (node *r = all_records; r; r = r->next) {
+        zero_counts(r->counts);
+        if (r->counts != fa_tls_stats && r->counts != shared) {
             r->next_free = free_records;
             free_records = r;
         }
     }
-    zero_counts(&shared);
+    zero_counts(&shared_static);
 }

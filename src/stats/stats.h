@@ -51,10 +51,6 @@ typedef struct fa_tstats {
     uint64_t bytes_requested; /* bytes asked of allocating calls (calloc: n*size) */
     uint64_t large_allocs;    /* allocations at or above FORGEALLOC_LARGE_ALLOC_REPORT */
     uint64_t hist[FA_HIST_BUCKETS];
-    /* registry links: `next` chains every record ever made (never unlinked),
-     * `next_free` the records waiting for a new thread */
-    struct fa_tstats *next;
-    struct fa_tstats *next_free;
 } __attribute__((aligned(64))) fa_tstats;
 
 /* The calling thread's record; NULL until its first counted call, and
@@ -129,12 +125,16 @@ void fa_stats_free_shared(enum fa_call c);
 /* Count one large allocation (rare: the slow path only). */
 void fa_stats_large(void);
 
-/* Sum of every record plus the shared one, into *out (links zeroed). */
+/* Sum of every record plus the shared one, into *out. */
 void fa_stats_sum(fa_tstats *out);
 
-/* Registry lifecycle. fa_stats_init creates the thread-exit key (idempotent,
- * called from the first counted call); the fork hooks keep the registry
- * consistent across fork and give the child counters of its own. */
+/* Registry lifecycle. fa_stats_init creates the thread-exit key and the
+ * shared record (idempotent, called from the first counted call); the fork
+ * hooks keep the registry consistent across fork and give the child
+ * counters of its own.  The counters live in memory the kernel zeroes in
+ * the child of any fork (MADV_WIPEONFORK): a child of a fork that runs no
+ * fork handlers (_Fork, the fork or clone system call) counts its own from
+ * the fork on, too. */
 void fa_stats_init(void);
 void fa_stats_fork_prepare(void);
 void fa_stats_fork_parent(void);

@@ -1633,6 +1633,64 @@ def case_signal_fork_numbers():
     check(tc["age_ms"] < 300, f"the child's tcmalloc numbers are {tc['age_ms']} ms old: the parent's, from before the fork")
 
 
+def case_fork_vfork_exit():
+    """A vfork child that calls exit() instead of _exit() runs the exit handlers in its parent's memory: it writes
+    no dump (the parent's numbers under its own pid), and the parent's background thread goes on: its periodic
+    dumps, and the memory it frees later going back to the OS."""
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_fork"), "vfork-exit", "3"], timeout=60,
+                env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                             FORGEALLOC_STATS_INTERVAL="200ms", FORGEALLOC_RELEASE_DELAY="300ms"))
+        docs = dumps(d)
+    check(r.returncode == 0, f"status {r.returncode}: {r.stderr[-1000:]}")
+    shown = [(doc["reason"], doc["uptime_ms"], doc["host"]["calls"]["malloc"]) for doc in docs.values()]
+    check(len(docs) == 1, f"expected the parent's stats file only, got {shown}")
+    doc = next(iter(docs.values()))
+    check(doc["reason"] == "interval" and doc["uptime_ms"] >= 2500,
+          f"the parent's periodic dumps stopped at the vfork child's exit: {shown}")
+    end = ended_mb(r.stdout)
+    check(end is not None and end <= 100, f"the parent kept the memory it freed after the vfork: {r.stdout!r}")
+
+
+def case_fork_no_handlers():
+    """A child of a fork that runs no fork handlers (glibc's _Fork, the fork or clone system call) behaves as a
+    forked one: it starts its own background thread (the parent's does not exist in it), so the memory it frees
+    goes back to the OS and its periodic dumps are written, and its dumps say it was forked and count its own calls
+    (the parent made 5000 mallocs before the fork, the child 200)."""
+    for kind in ("_Fork", "rawfork", "clone"):
+        with tempfile.TemporaryDirectory() as d:
+            r = run([prog("p_fork"), "nohandlers", kind, "2", d], timeout=60,
+                    env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                                 FORGEALLOC_STATS_INTERVAL="300ms", FORGEALLOC_RELEASE_DELAY="300ms"))
+            docs = dumps(d)
+        check(r.returncode == 0, f"{kind}: status {r.returncode}: {r.stderr[-1000:]}")
+        end = ended_mb(r.stdout, "child ")
+        check(end is not None and end <= 100, f"{kind}: the child kept the memory it freed: {r.stdout!r}")
+        check("child_file 1" in r.stdout, f"{kind}: no periodic dump from the child: {r.stdout!r}")
+        forked = [doc for doc in docs.values() if doc["forked"]]
+        check(len(docs) == 2 and len(forked) == 1 and forked[0]["reason"] == "exit",
+              f"{kind}: dumps {[(doc['reason'], doc['forked']) for doc in docs.values()]}, expected the parent's "
+              "and the forked child's")
+        mallocs = forked[0]["host"]["calls"]["malloc"]
+        check(200 <= mallocs < 1000, f"{kind}: the child counted {mallocs} mallocs, expected its own 200 and a few")
+        print(f"{kind}: child rss_end_mb {end}, mallocs {mallocs}")
+
+
+def case_fork_idle_interval():
+    """With FORGEALLOC_STATS_INTERVAL, a forked child that makes no allocator call (a worker waiting for its first
+    task) writes its periodic dumps too: its background thread starts at the fork, as a process's does at its
+    start."""
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_fork"), "idle", "1.5", d], timeout=60,
+                env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                             FORGEALLOC_STATS_INTERVAL="300ms"))
+        docs = dumps(d)
+    check(r.returncode == 0, f"status {r.returncode}: {r.stderr[-1000:]}")
+    check("child_file 1" in r.stdout, f"no periodic dump from the idle child: {r.stdout!r}")
+    forked = [doc for doc in docs.values() if doc["forked"]]
+    check(len(forked) == 1 and forked[0]["reason"] == "interval", f"the child's dumps: {forked}")
+
+
 def case_signal_off():
     """FORGEALLOC_STATS_ON_SIGNAL=0: no handler, the signal acts as usual."""
     with tempfile.TemporaryDirectory() as d:

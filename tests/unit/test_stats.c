@@ -1,5 +1,7 @@
 /* test_stats.c - per-thread counters: exact sums with live and exited
- * threads, record reuse, and fork giving the child its own counts. */
+ * threads, record reuse, and fork giving the child its own counts (also a
+ * fork that runs no fork handlers). */
+#define _GNU_SOURCE /* _Fork */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -121,6 +123,38 @@ static void test_fork_child_counts_its_own(void **state)
     assert_true(total(FA_CALL_pvalloc) >= 10);
 }
 
+/* glibc's _Fork runs no fork handlers: the kernel zeroed the child's
+ * counters at the fork, those of live threads' records, exited ones' and
+ * the shared record alike. */
+static void test_fork_without_handlers_counts_its_own(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 10; i++)
+        fa_stats_alloc(FA_CALL_pvalloc, 1);
+    fa_stats_free_shared(FA_CALL_free);
+    pthread_t t;
+    pthread_create(&t, NULL, one_call, NULL);
+    pthread_join(t, NULL);
+    pid_t pid = _Fork();
+    if (pid == 0) {
+        fa_tstats s;
+        fa_stats_sum(&s);
+        uint64_t calls = 0;
+        for (int c = 0; c < FA_CALL_COUNT; c++)
+            calls += s.calls[c];
+        if (calls != 0 || s.bytes_requested != 0)
+            _exit(1);
+        for (int i = 0; i < 3; i++)
+            fa_stats_alloc(FA_CALL_pvalloc, 1);
+        _exit(total(FA_CALL_pvalloc) == 3 ? 0 : 2);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(total(FA_CALL_pvalloc) >= 10);
+}
+
 static void test_histogram_buckets(void **state)
 {
     (void)state;
@@ -200,6 +234,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_four_threads_exact),  cmocka_unit_test(test_live_threads_counted),
         cmocka_unit_test(test_records_reused),       cmocka_unit_test(test_fork_child_counts_its_own),
+        cmocka_unit_test(test_fork_without_handlers_counts_its_own),
         cmocka_unit_test(test_histogram_buckets),    cmocka_unit_test(test_no_slab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
