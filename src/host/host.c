@@ -196,6 +196,20 @@ static void report_large(size_t n, const char *fn, void *caller)
             size, n, fn, where, sup);
 }
 
+void fa_host_stop(void)
+{
+    uint64_t missed = __atomic_exchange_n(&reports_suppressed, 0, __ATOMIC_RELAXED);
+    if (!missed || !fa_log_enabled(FA_LOG_WARN))
+        return;
+    char size[32];
+    fa_buf sz;
+    fa_buf_init(&sz, size, sizeof size);
+    fa_buf_bytes(&sz, fa_opt_u64(FA_OPT_LARGE_ALLOC_REPORT));
+    fa_warn("%llu more large allocations of %s or more were not reported (at most 5 lines a second); "
+            "host.large_allocs in the stats dump (FORGEALLOC_STATS) counts them all",
+            (unsigned long long)missed, size);
+}
+
 /* The rare end of an allocating call (n >= slow_size), out of line: the
  * report and the release policy.  Returns p. */
 static __attribute__((noinline)) void *large_seen(void *p, size_t n, const char *fn, void *caller)

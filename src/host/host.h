@@ -74,6 +74,9 @@ void fa_host_fork_child(void);
  * reports show the parent's last copy of its numbers, and their age,
  * until the child's next refresh). */
 void fa_host_adopt(void);
+/* At exit, before the dump: one line for the large-allocation reports the
+ * rate limit held back since the last one printed. */
+void fa_host_stop(void);
 
 #ifdef __cplusplus
 }

@@ -106,6 +106,7 @@ __attribute__((destructor)) static void fa_stop(void)
     if (!fa_owner_mine())
         return;
     fa_background_stop();
+    fa_host_stop();
     if (!maybe_in_handler()) {
         fa_report_configured("exit", false);
     } else if (fa_report_signal_enter()) {
