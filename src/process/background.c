@@ -224,11 +224,19 @@ static void want_interval(void)
 {
     interval_ms = 0;
     uint64_t ms = fa_opt_u64(FA_OPT_STATS_INTERVAL);
-    if (ms == 0 || fa_opt_u64(FA_OPT_STATS) == FA_STATS_OFF)
-        return;
-    const char *path = fa_opt(FA_OPT_STATS_FILE)->s;
-    if (getauxval(AT_SECURE))
+    if (ms == 0 || getauxval(AT_SECURE))
         return; /* setuid/setgid: no file paths from the environment, and stderr is not for periodic dumps */
+    if (fa_opt_u64(FA_OPT_STATS) == FA_STATS_OFF) {
+        /* Stats left unset, not turned off: the interval was meant to do
+         * something. */
+        if (fa_opt(FA_OPT_STATS)->src == FA_SRC_DEFAULT) {
+            static const char *const names[] = {"FORGEALLOC_STATS_INTERVAL", "FORGEALLOC_STATS"};
+            fa_warn_tree(environ, names, 2, "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS set (json, text or "
+                                            "prometheus) and FORGEALLOC_STATS_FILE; periodic dumps are off");
+        }
+        return;
+    }
+    const char *path = fa_opt(FA_OPT_STATS_FILE)->s;
     if (!path || strcmp(path, "-") == 0) {
         static const char *const names[] = {"FORGEALLOC_STATS_INTERVAL", "FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE"};
         fa_warn_tree(environ, names, 3, "FORGEALLOC_STATS_INTERVAL needs FORGEALLOC_STATS_FILE set to a path; "
