@@ -38,6 +38,7 @@ for h in "${harnesses[@]}"; do
     targets+=("fuzz_$h")
 done
 
+command -v clang >/dev/null || { echo "$0: clang not found; install it with scripts/setup.sh --fuzz" >&2; exit 2; }
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DFA_FUZZ=ON -DFA_TESTS=ON >/dev/null
 cmake --build "$build" --target "${targets[@]}"
 
