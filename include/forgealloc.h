@@ -13,9 +13,9 @@
 #include <stdint.h>
 
 #define FORGEALLOC_VERSION_MAJOR 0
-#define FORGEALLOC_VERSION_MINOR 1
+#define FORGEALLOC_VERSION_MINOR 2
 #define FORGEALLOC_VERSION_PATCH 0
-#define FORGEALLOC_VERSION "0.1.0"
+#define FORGEALLOC_VERSION "0.2.0"
 
 #if defined(__GNUC__)
 #define FA_API __attribute__((visibility("default")))
@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-/* "0.1.0": the version of the library actually loaded. */
+/* "0.2.0": the version of the library actually loaded. */
 FA_API const char *forgealloc_version(void);
 
 /* Render the current statistics as JSON (schema "forgealloc.stats/1", the
