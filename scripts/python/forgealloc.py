@@ -228,13 +228,14 @@ def _report(paths):
 
 
 def main(argv):
+    if argv[:1] in (["env"], ["report"]):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly, as it ends other tools
     if len(argv) >= 1 and argv[0] == "env" and len(argv) <= 2:
         if not available():
             print("forgealloc: run this under the library (forgealloc env does that)", file=sys.stderr)
             return 2
         return _env(len(argv) == 2 and argv[1] == "--markdown")
     if len(argv) in (2, 3) and argv[0] == "report":
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the report quietly, as it ends other tools
         return _report(argv[1:])
     print("usage: forgealloc.py env [--markdown] | report FILE.json [OTHER.json]", file=sys.stderr)
     return 2

@@ -331,6 +331,10 @@ def case_env():
         check(re.search(rf"^{name}\s", r.stdout, re.M), f"forgealloc env does not list {name}")
     check(re.search(r"^FORGEALLOC_RELEASE_THRESHOLD .*now 32.0 MiB\s+\(environment\)", r.stdout, re.M),
           "env shows the current value and where it came from")
+    # Output cut short (`| head`) ends it quietly, as it ends other tools.
+    for args in (["env"], ["env", "--markdown"]):
+        r = sh(["sh", "-c", '"$@" | head -c 1 >/dev/null', "sh", launcher()] + args)
+        check(r.stderr == "", f"forgealloc {' '.join(args)} | head: {r.stderr!r}")
     # The README's table is the one the library prints: it cannot drift.
     r = sh([launcher(), "env", "--markdown"])
     readme = open(os.path.join(A.srcdir, "README.md")).read()
