@@ -86,14 +86,26 @@ __attribute__((constructor)) static void fa_start(void)
 /* exit() called from a signal handler (common in C programs, though exit
  * is not async-signal-safe) may have interrupted this very thread inside
  * tcmalloc or a report, holding their locks.  A handler runs with its
- * signal blocked, so a blocked signal at exit says it may: the dump is then
- * made as in a signal handler (tcmalloc's numbers from the last copy, their
- * age shown).  Programs that simply exit have nothing blocked (bash, dash,
- * CPython, git, gcc); a handler set with SA_NODEFER is not seen. */
+ * signal blocked and set to the handler: such a signal at exit says it may,
+ * and the dump is then made as in a signal handler (tcmalloc's numbers from
+ * the last copy, their age shown).  A signal kept blocked with no handler
+ * (sigwait, signalfd, Python's pthread_sigmask) is no sign of one.  Programs
+ * that simply exit have nothing blocked (bash, dash, CPython, git, gcc); a
+ * handler set with SA_NODEFER or SA_RESETHAND is not seen. */
 static bool maybe_in_handler(void)
 {
     sigset_t cur;
-    return pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && !sigisemptyset(&cur);
+    if (pthread_sigmask(SIG_BLOCK, NULL, &cur) != 0 || sigisemptyset(&cur))
+        return false;
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction sa;
+        if (sigismember(&cur, sig) != 1 || fa_signals_action(FA_SIGCALL_SIGACTION, sig, NULL, &sa) != 0)
+            continue;
+        if (sa.sa_flags & SA_SIGINFO ? sa.sa_sigaction != NULL
+                                     : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
+            return true;
+    }
+    return false;
 }
 
 /* A vfork child (or a clone that shares our memory) that calls exit()

@@ -18,7 +18,10 @@
  *   p_signal vfork-oneshot  a SA_RESETHAND handler runs in a vfork child;
  *                         the parent's stays set
  *   p_signal pid1         as PID 1 of a pid namespace: SIG_DFL signals are
- *                         ignored, and interrupt nothing */
+ *                         ignored, and interrupt nothing
+ *   p_signal blocked-exit  SIGUSR1 blocked with no handler (as for sigwait),
+ *                         200 MiB kept in 50 blocks, one line to a fully
+ *                         buffered stdout, then a plain return from main */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -425,6 +428,21 @@ static int pid1(void)
     return 0;
 }
 
+static int blocked_exit(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    static void *keep[50];
+    for (int i = 0; i < 50; i++)
+        if (!(keep[i] = malloc(4 << 20)))
+            return 1;
+    setvbuf(stdout, NULL, _IOFBF, 0);
+    printf("program output line\n");
+    return 0;
+}
+
 static int after_exec(void)
 {
     learn_restorer();
@@ -459,6 +477,8 @@ int main(int argc, char **argv)
         return pid1();
     if (strcmp(mode, "vfork-oneshot") == 0)
         return vfork_oneshot();
-    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|_Fork|rawfork|vfork|vfork-oneshot|pid1|exit-in-handler USEC\n");
+    if (strcmp(mode, "blocked-exit") == 0)
+        return blocked_exit();
+    fprintf(stderr, "usage: p_signal queries|resethand|sysv|threads|fork|_Fork|rawfork|vfork|vfork-oneshot|pid1|blocked-exit|exit-in-handler USEC\n");
     return 2;
 }

@@ -1468,6 +1468,23 @@ def case_signal_exit_in_handler():
             check(doc["reason"] == "exit" and doc["host"]["calls"]["malloc"] > 0, f"run {i}: dump {doc['reason']}")
 
 
+def case_signal_blocked_exit():
+    """A signal kept blocked with no handler (sigwait, signalfd, Python's pthread_sigmask) at a plain exit is no
+    sign of a signal handler: the dump reads tcmalloc's numbers then (not an old copy) and comes after the program's
+    buffered output."""
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_signal"), "blocked-exit"], env=base_env(FORGEALLOC_STATS="json",
+                                                                  FORGEALLOC_STATS_FILE=f"{d}/s.json"))
+        check(r.returncode == 0 and r.stderr == "", f"status {r.returncode} {r.stderr!r}")
+        with open(f"{d}/s.json") as f:
+            tc = json.load(f)["host"]["tcmalloc"]
+    check(tc["age_ms"] == 0 and tc["current_allocated_bytes"] >= 200 << 20,
+          f"tcmalloc's numbers at exit: age {tc['age_ms']} ms, {tc['current_allocated_bytes']} bytes in use")
+    r = subprocess.run([prog("p_signal"), "blocked-exit"], env=base_env(LD_PRELOAD=ARGS.lib, FORGEALLOC_STATS="text"),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    check(r.returncode == 0 and r.stdout.startswith("program output line\nforgealloc "), f"order: {r.stdout[:200]!r}")
+
+
 def case_signal_pid1():
     """As a container's PID 1 (no init in front), SIGTERM from another process is ignored by the kernel: under the
     shim it must interrupt nothing either (no EINTR from poll), a one-shot handler resets to a disposition that
