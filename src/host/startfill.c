@@ -26,7 +26,7 @@
 
 #define FILL_MIN ((size_t)64 << 10) /* smaller fills are written whole */
 #define MAX_RANGES 8                /* anonymous mappings one fill may span */
-#define PAGEMAP_CHUNK 512           /* pagemap entries read at a time */
+#define PAGEMAP_CHUNK 128           /* pagemap entries read at a time (1 KiB of the caller's stack) */
 #define PM_SOFT_DIRTY ((uint64_t)1 << 55)
 
 static size_t left_bytes;

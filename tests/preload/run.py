@@ -1485,6 +1485,29 @@ def case_signal_blocked_exit():
     check(r.returncode == 0 and r.stdout.startswith("program output line\nforgealloc "), f"order: {r.stdout[:200]!r}")
 
 
+def case_large_small_stack():
+    """Large allocations need no more of the caller's stack under the shim than under plain tcmalloc, less 512
+    bytes: a thread with a small stack that plain tcmalloc serves is served the same (a large calloc's pagemap
+    reads once took 4 KiB more)."""
+    tc = system_lib("libtcmalloc_minimal.so.4")
+    if not tc:
+        print("libtcmalloc_minimal.so.4 not found - skipped")
+        return SKIP
+    stack = 32768
+
+    def fits(lib, used):
+        r = subprocess.run([prog("p_smallstack"), str(stack), str(used)], env=base_env(LD_PRELOAD=lib),
+                           capture_output=True, text=True, timeout=60)
+        return r.returncode == 0 and r.stdout == "ok\n"
+
+    used = 4096
+    check(fits(tc, used), "plain tcmalloc cannot serve a thread with 28 KiB of stack left")
+    while used + 256 < stack and fits(tc, used + 256):
+        used += 256
+    check(fits(ARGS.lib, used - 512),
+          f"plain tcmalloc works with {stack - used} bytes of stack left; forgealloc not with {stack - used + 512}")
+
+
 def case_signal_pid1():
     """As a container's PID 1 (no init in front), SIGTERM from another process is ignored by the kernel: under the
     shim it must interrupt nothing either (no EINTR from poll), a one-shot handler resets to a disposition that
