@@ -522,6 +522,43 @@ def case_entrypoint_stop():
         check(r.returncode == 0 and len(lines) == 2 and lines[0] == lines[1], f"not under tini: {r!r}")
 
 
+def case_wait_group_auto():
+    """run --wait-group=auto (what the entrypoint passes) stays as the command's parent only where tini (or
+    docker-init) signals the process group: -g anywhere before `--`, alone or in a cluster, or
+    TINI_KILL_PROCESS_GROUP with any value (tini only asks whether it is set); elsewhere it execs the command."""
+    tini = shutil.which("tini")
+    if not tini:
+        print("needs tini - skipped")
+        return SKIP
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    show = ["/bin/sh", "-c", "echo $PPID"]
+    with tempfile.TemporaryDirectory() as d:
+        init = os.path.join(d, "docker-init")  # Docker's --init: tini under another name
+        os.symlink(tini, init)
+        for argv, extra, waits in (([tini, "-s", "-g", "--"], {}, True),
+                                   ([tini, "-sg", "--"], {}, True),
+                                   ([tini, "-s", "-e", "3", "--"], {}, False),
+                                   ([tini, "-s", "--"], {}, False),
+                                   ([tini, "-s", "--"], {"TINI_KILL_PROCESS_GROUP": "0"}, True),
+                                   ([init, "-s", "--"], {"TINI_KILL_PROCESS_GROUP": ""}, True),
+                                   ([init, "-s", "--"], {}, False)):
+            for how in ([launcher(), "run", "--wait-group=auto", "--"], [entry]):
+                p = subprocess.Popen(argv + how + show, env=env(FORGEALLOC_STATS="off", **extra),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                out, err = p.communicate(timeout=60)
+                waited = out.strip() != str(p.pid)
+                check(p.returncode == 0 and err == "" and waited == waits,
+                      f"{argv} {extra} {how[0]}: the command's parent {out.strip()} (tini {p.pid}), "
+                      f"expected {'the launcher' if waits else 'tini'}; stderr {err!r}")
+    # Not under tini: exec, the command has the launcher's pid.
+    r = sh(["/bin/sh", "-c", f'"{launcher()}" run --stats off --wait-group=auto -- /bin/sh -c \'echo $PPID\'; echo $$'])
+    lines = r.stdout.split()
+    check(r.returncode == 0 and len(lines) == 2 and lines[0] == lines[1], f"not under tini: {r!r}")
+    # A value for --wait-group other than auto: one line, the launcher's own error.
+    r = sh([launcher(), "run", "--wait-group=yes", "--", "true"])
+    check(r.returncode != 0 and r.stderr.count("\n") == 1 and "--wait-group=auto" in r.stderr, f"--wait-group=yes: {r!r}")
+
+
 # ---- start scripts that overwrite LD_PRELOAD, and the system preload (in a chroot) ----
 
 CHROOT_MOUNTS = r"""
