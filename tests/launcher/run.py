@@ -559,6 +559,72 @@ def case_wait_group_auto():
     check(r.returncode != 0 and r.stderr.count("\n") == 1 and "--wait-group=auto" in r.stderr, f"--wait-group=yes: {r!r}")
 
 
+def sig_mask(pid, field):
+    """A signal mask from /proc/PID/status (SigIgn, SigCgt), 0 when the process is gone."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def case_wait_group_signals():
+    """run --wait-group: a SIGTERM or SIGINT sent to the process group (tini -g, Ctrl+C) as the command is being
+    started, after the launcher has forked it but before it has set its signals to their defaults, still ends the
+    command.  The child is stopped right after the fork, the signal sent, the child continued.  A second signal
+    during the wait for the rest of the group ends the wait, with nothing printed."""
+    if tuple(int(x) for x in re.findall(r"\d+", subprocess.run(["bash", "-c", "echo ${BASH_VERSINFO[0]} ${BASH_VERSINFO[1]}"],
+                                                              capture_output=True, text=True).stdout)) < (5, 2):
+        print("bash older than 5.2 (a subshell takes a trapped signal before its reset as its own trap) - skipped")
+        return SKIP
+    marker = 1 << (signal.SIGRTMAX - 1)  # caught or ignored by the launcher from just before the fork on
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        for i in range(5):
+            p = subprocess.Popen([launcher(), "run", "--stats", "off", "--wait-group", "--", "sleep", "5"], env=env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                deadline = time.time() + 30
+                kids = []
+                while not kids and time.time() < deadline:
+                    if (sig_mask(p.pid, "SigIgn") | sig_mask(p.pid, "SigCgt")) & marker:
+                        try:
+                            kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
+                        except OSError:
+                            pass
+                check(kids, f"{sig.name}: no child of the launcher")
+                os.killpg(p.pid, signal.SIGSTOP)
+                os.killpg(p.pid, sig)
+                os.killpg(p.pid, signal.SIGCONT)
+                t = time.time()
+                _, err = p.communicate(timeout=30)
+                check(p.returncode == 128 + sig and time.time() - t < 3,
+                      f"{sig.name} right after the fork, run {i}: status {p.returncode} after {time.time() - t:.1f} s "
+                      f"(the command did not get it); stderr {err!r}")
+                check(err == "", f"{sig.name}: stderr {err!r}")
+            finally:
+                subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], capture_output=True)
+    # The command ends of SIGTERM; another process of its group ignores it: the wait for it ends at the second.
+    p = subprocess.Popen([launcher(), "run", "--stats", "off", "--wait-group", "--", "/bin/sh", "-c",
+                          "sh -c 'trap \"\" TERM; sleep 20' >/dev/null 2>&1 & echo up; exec sleep 20"], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        check(p.stdout.readline() == "up\n", "the command did not start")
+        time.sleep(0.3)
+        os.killpg(p.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        check(p.poll() is None, f"the launcher did not wait for the rest of the group: {p.returncode}")
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            check(False, "a second SIGTERM did not end the wait")
+        check(p.returncode == 143 and err == "", f"second SIGTERM: status {p.returncode}, stderr {err!r}")
+    finally:
+        subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], capture_output=True)
+
+
 # ---- start scripts that overwrite LD_PRELOAD, and the system preload (in a chroot) ----
 
 CHROOT_MOUNTS = r"""
