@@ -26,7 +26,7 @@ fi
 
 if [ "$#" -eq 0 ]; then
     echo "forgealloc entrypoint: no command given; set CMD in the image or pass one to docker run" >&2
-    exit 2
+    exit 125 # its own error, as forgealloc run's: never taken for the command's status
 fi
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -40,7 +40,7 @@ done
 [ -n "$launcher" ] || launcher=$(command -v forgealloc 2>/dev/null || true)
 if [ -z "$launcher" ]; then
     echo "forgealloc entrypoint: the forgealloc command is not installed next to $here or on PATH" >&2
-    exit 2
+    exit 125
 fi
 
 : "${FORGEALLOC_STATS:=text}"

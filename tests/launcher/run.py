@@ -191,13 +191,17 @@ def case_errors_and_help():
     for cmd in (["--help"], ["run", "--help"], ["env", "--help"], ["doctor", "--help"], ["report", "--help"]):
         r = sh([launcher()] + cmd)
         check(r.returncode == 0 and "usage" in r.stdout, f"{cmd}: {r!r}")
-    for cmd, word in ((["bogus"], "unknown command"), (["run"], "no command"), (["run", "--stats", "xml", "--", "true"],
-                      "--stats xml"), (["run", "--frobnicate"], "unknown option"), (["report"], "report")):
+    # run's own errors exit 125, as env's or timeout's: never taken for the command's 1 or 2; the other commands'
+    # usage errors 2.
+    for cmd, word, status in ((["bogus"], "unknown command", 2), (["run"], "no command", 125),
+                              (["run", "--stats", "xml", "--", "true"], "--stats xml", 125),
+                              (["run", "--frobnicate"], "unknown option", 125), (["run", "--stats"], "--stats needs", 125),
+                              (["report"], "report", 2), (["env", "--bogus"], "unknown option", 2)):
         r = sh([launcher()] + cmd)
         lines = r.stderr.strip().splitlines()
-        check(r.returncode != 0 and len(lines) == 1 and word in lines[0], f"{cmd}: {r.returncode} {r.stderr!r}")
+        check(r.returncode == status and len(lines) == 1 and word in lines[0], f"{cmd}: {r.returncode} {r.stderr!r}")
     r = sh([launcher(), "run", "--", "true"], env(FORGEALLOC_LIB="/nonexistent/libforgealloc.so"))
-    check(r.returncode != 0 and "FORGEALLOC_LIB" in r.stderr, f"bad FORGEALLOC_LIB: {r.stderr!r}")
+    check(r.returncode == 125 and "FORGEALLOC_LIB" in r.stderr, f"bad FORGEALLOC_LIB: {r.returncode} {r.stderr!r}")
 
 
 def case_run_checks():
@@ -229,7 +233,7 @@ def case_run_checks():
                            (d, "is not a file")):
             r = sh([launcher(), "run", "--", "echo", "ran"], env(FORGEALLOC_LIB=lib))
             lines = r.stderr.strip().splitlines()
-            check(r.returncode == 2 and r.stdout == "" and len(lines) == 1 and words in lines[0],
+            check(r.returncode == 125 and r.stdout == "" and len(lines) == 1 and words in lines[0],
                   f"FORGEALLOC_LIB={lib}: status {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
     r = sh([launcher(), "env"], env(FORGEALLOC_STRICT="1", FORGEALLOC_STAT="json"))
     check(r.returncode == 0 and re.search(r"^FORGEALLOC_STRICT .*now 1\s+\(environment\)", r.stdout, re.M),
@@ -273,7 +277,7 @@ def case_edges():
         shutil.copy(A.lib, f"{d}/my dir/libforgealloc.so")
         r = sh([launcher(), "run", "--", "true"], env(FORGEALLOC_LIB=f"{d}/my dir/libforgealloc.so"))
         lines = r.stderr.splitlines()
-        check(r.returncode == 2 and len(lines) == 1 and "space or colon" in lines[0], f"path with a space: {r!r}")
+        check(r.returncode == 125 and len(lines) == 1 and "space or colon" in lines[0], f"path with a space: {r!r}")
         # Relative FORGEALLOC_STATS_DIR: a child that changes directory writes there too.
         os.makedirs(f"{d}/w/sub")
         r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='sub')"],
@@ -436,7 +440,7 @@ def case_entrypoint():
         r = sh([entry, A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"], env(FORGEALLOC_STATS_DIR=d))
         check(len(os.listdir(d)) == 1, f"a child's stats file in FORGEALLOC_STATS_DIR: {os.listdir(d)}")
         r = sh([entry])
-        check(r.returncode == 2 and "no command" in r.stderr, f"no command: {r!r}")
+        check(r.returncode == 125 and "no command" in r.stderr, f"no command: {r!r}")
         # Stopped like `docker stop`: SIGTERM, the dump is still written.
         p = subprocess.Popen([entry, A.python, "-c", "import time; print('up', flush=True); time.sleep(30)"],
                              env=env(FORGEALLOC_STATS_DIR=d), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
