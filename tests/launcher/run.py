@@ -321,6 +321,26 @@ def case_edges():
               f"relative --stats-file in {pct}: {os.listdir(pct)} {r.stderr!r}")
 
 
+def case_deleted_cwd():
+    """A current directory that was removed (cd into it, rmdir it, run): the command runs, and nothing is printed
+    but the line each shell prints as it starts there (bash's "shell-init: error retrieving current directory",
+    dash's "getcwd() failed"), which no line of a script can prevent; with PWD passed or not."""
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    startup = re.compile(r"^(shell-init: error retrieving current directory: |(/bin/)?sh: \d+: getcwd\(\) failed)")
+    with tempfile.TemporaryDirectory() as d:
+        for i, (cmd, e) in enumerate((([launcher(), "run", "--stats", "off", "--"], env()),
+                                      ([launcher(), "run", "--"], env(FORGEALLOC_STATS_DIR=f"{d}/st")),
+                                      (["/usr/bin/env", "-u", "PWD", launcher(), "run", "--stats", "off", "--"], env()),
+                                      ([entry], env(FORGEALLOC_STATS="off")))):
+            gone = f"{d}/gone{i}"
+            os.mkdir(gone)
+            r = sh(["/bin/sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", gone] + cmd +
+                   ["/bin/echo", "ran"], e)
+            noise = [ln for ln in r.stderr.splitlines() if not startup.match(ln)]
+            check(r.returncode == 0 and r.stdout == "ran\n" and not noise,
+                  f"{cmd}: status {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
+
+
 # ---- env, doctor, report ---------------------------------------------------------------
 
 def option_names():
