@@ -20,6 +20,17 @@
 # without tini or docker run --init), it puts tini in front when installed.
 set -euf
 
+# The shell exports PWD, which Docker does not pass, or rewrites it: the
+# command gets the caller's environment (the launcher puts back the rest),
+# with PWD as the caller passed it, or none.
+if [ -r "/proc/$$/environ" ]; then
+    if caller_pwd=$(tr '\0' '\n' <"/proc/$$/environ" | grep -m 1 '^PWD='); then
+        export PWD="${caller_pwd#PWD=}"
+    else
+        unset PWD
+    fi
+fi
+
 if [ "$$" = 1 ] && command -v tini >/dev/null 2>&1; then
     exec tini -s -g -- /bin/sh "$0" "$@"
 fi

@@ -263,6 +263,27 @@ def case_loaded():
         check(r.returncode == 0 and r.stdout == "hi\n" and r.stderr == "", f"strict, library loaded: {r!r}")
 
 
+def case_environment():
+    """The command gets the caller's environment plus LD_PRELOAD and the launcher's FORGEALLOC_STATS* defaults,
+    nothing else: not the PWD and SHLVL bash sets, an OLDPWD that is no directory kept, the caller's exported
+    SHELLOPTS without the launcher's own set -euo pipefail (a start script would run under them); through run,
+    run --wait-group, the entrypoint, and with the library already loaded in the caller."""
+    ours = {"LD_PRELOAD", "FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE", "FORGEALLOC_STATS_KEEP", "FORGEALLOC_STATS_MAIN_PID"}
+    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "FORGEALLOC_LIB": A.lib}
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    with tempfile.TemporaryDirectory() as d:
+        for extra in ({}, {"PWD": d}, {"SHLVL": "3", "OLDPWD": "/nonexistent", "PWD": f"{d}/."}, {"SHLVL": "0"},
+                      {"SHELLOPTS": "braceexpand:hashall:interactive-comments"}, {"LD_PRELOAD": A.lib},
+                      {"FORGEALLOC_STATS": "json", "FORGEALLOC_STATS_FILE": f"{d}/s-%p.json"}):
+            caller = dict(base, **extra)
+            for how in ([launcher(), "run", "--"], [launcher(), "run", "--wait-group", "--"], [entry]):
+                r = subprocess.run(how + ["/usr/bin/env", "-0"], env=caller, capture_output=True, text=True, cwd=d)
+                got = dict(kv.split("=", 1) for kv in r.stdout.split("\0") if kv)
+                changed = sorted(k for k in set(got) | set(caller) if got.get(k) != caller.get(k) and k not in ours)
+                check(r.returncode == 0 and not changed,
+                      f"{how[-2:]} with {extra}: changed {[(k, caller.get(k), got.get(k)) for k in changed]} {r.stderr[-300:]!r}")
+
+
 def case_edges():
     """A command named like an option, a library path LD_PRELOAD cannot hold, a relative FORGEALLOC_STATS_DIR, a
     fallback directory someone else made, a --stats-file that is a device, a % in a directory's name."""
