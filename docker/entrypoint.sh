@@ -17,7 +17,8 @@
 # The kernel never kills a container's PID 1 with a signal that process
 # leaves at its default action, so the command must not be PID 1: the image
 # starts this script under tini; started as PID 1 anyway (an ENTRYPOINT
-# without tini or docker run --init), it puts tini in front when installed.
+# without tini or docker run --init), it puts tini in front when installed,
+# and where it is not, `forgealloc run` says so in one line.
 set -euf
 
 # The shell exports PWD, which Docker does not pass, or rewrites it: the

@@ -491,6 +491,46 @@ def case_entrypoint():
         check(p.returncode == -15 and "signal after" in err, f"SIGTERM: status {p.returncode}, stderr {err!r}")
 
 
+def case_pid1():
+    """As PID 1 without an init (a container started without tini or --init), SIGTERM does nothing to a command
+    that leaves it at its default: run says so in one line, as does the entrypoint where no tini is installed
+    (with tini it puts tini in front, silently).  Nothing where the command is an init, where PID 1 is tini, or
+    under FORGEALLOC_LOG=error; nothing outside a pid namespace (every other case)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        print("needs root and unshare for pid namespaces - skipped")
+        return SKIP
+    ns = ["unshare", "--pid", "--fork", "--mount-proc"]
+    if subprocess.run(ns + ["true"], capture_output=True).returncode != 0:
+        print("pid namespaces not permitted here - skipped")
+        return SKIP
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    run = [launcher(), "run", "--stats", "off", "--"]
+    with tempfile.TemporaryDirectory() as d:
+        # A PATH without tini: every program of /usr/bin but it.
+        os.mkdir(f"{d}/bin")
+        for name in os.listdir("/usr/bin"):
+            if not name.startswith("tini"):
+                os.symlink(f"/usr/bin/{name}", f"{d}/bin/{name}")
+        notini = env(PATH=f"{d}/bin", FORGEALLOC_STATS="off")
+        tini = shutil.which("tini")
+        cases = [(ns + run + ["/bin/echo", "ran"], env(), True),
+                 (ns + [entry, "/bin/echo", "ran"], notini, True),
+                 (ns + run + ["/bin/echo", "ran"], env(FORGEALLOC_LOG="error"), False),
+                 (ns + [entry, "/bin/echo", "ran"], dict(notini, FORGEALLOC_LOG="error"), False)]
+        if tini:
+            cases += [(ns + run + [tini, "-s", "--", "/bin/echo", "ran"], env(), False),
+                      (ns + [tini, "--"] + run + ["/bin/echo", "ran"], env(), False),
+                      (ns + [entry, "/bin/echo", "ran"], env(FORGEALLOC_STATS="off"), False)]
+        for argv, e, said in cases:
+            r = sh(argv, e)
+            lines = r.stderr.splitlines()
+            check(r.returncode == 0 and r.stdout == "ran\n", f"{argv[4:]}: {r!r}")
+            if said:
+                check(len(lines) == 1 and "PID 1" in lines[0] and "--init" in lines[0], f"{argv[4:]}: {r.stderr!r}")
+            else:
+                check(r.stderr == "", f"{argv[4:]}: printed {r.stderr!r}")
+
+
 def ns_pid1(unshare_pid):
     """The host pid of the first process of the pid namespace `unshare --fork` made."""
     for _ in range(200):
