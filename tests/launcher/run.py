@@ -531,6 +531,33 @@ def case_pid1():
                 check(r.stderr == "", f"{argv[4:]}: printed {r.stderr!r}")
 
 
+def case_readme_image():
+    """The README's recipe for adding forgealloc to an existing image makes the directory the entrypoint writes its
+    stats files to (the package does not), writable for all as the project's image makes it; where it is missing,
+    the entrypoint falls back to $TMPDIR/forgealloc-$UID without a word, and no dump is lost."""
+    readme = open(os.path.join(A.srcdir, "README.md")).read()
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    m = re.search(r"export FORGEALLOC_STATS_DIR=(\S+)", open(entry).read())
+    check(m, "the entrypoint's stats directory not found in entrypoint.sh")
+    stats_dir = m.group(1)
+    recipe = re.search(r"To add the shim to an existing .*?```dockerfile\n(.*?)```", readme, re.S)
+    check(recipe, "the README's recipe for an existing image not found")
+    check(re.search(rf"mkdir -p {re.escape(stats_dir)}\b", recipe.group(1))
+          and re.search(rf"chmod 1777 {re.escape(stats_dir)}\b", recipe.group(1)),
+          f"the README's recipe does not make {stats_dir} (writable for all):\n{recipe.group(1)}")
+    dockerfile = open(os.path.join(A.srcdir, "docker", "Dockerfile")).read()
+    check(f"mkdir -p {stats_dir} && chmod 1777 {stats_dir}" in dockerfile, f"docker/Dockerfile does not make {stats_dir}")
+    if os.path.exists(stats_dir):
+        print(f"{stats_dir} exists here: the fallback is not checked")
+        return
+    with tempfile.TemporaryDirectory() as d:
+        r = sh([entry, A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"], env(TMPDIR=d))
+        files = glob.glob(f"{d}/forgealloc-{os.geteuid()}/*.txt")
+        check(r.returncode == 0 and len(files) == 1 and r.stderr.count("forgealloc 0") == 1
+              and not [ln for ln in r.stderr.splitlines() if ln.startswith(("forgealloc:", "forgealloc entrypoint"))],
+              f"without {stats_dir}: files {files}, stderr {r.stderr!r}")
+
+
 def ns_pid1(unshare_pid):
     """The host pid of the first process of the pid namespace `unshare --fork` made."""
     for _ in range(200):
