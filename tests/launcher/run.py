@@ -286,7 +286,7 @@ def case_environment():
 
 def case_edges():
     """A command named like an option, a library path LD_PRELOAD cannot hold, a relative FORGEALLOC_STATS_DIR, a
-    fallback directory someone else made, a --stats-file that is a device, a % in a directory's name."""
+    fallback directory that is a symbolic link, a --stats-file that is a device, a % in a directory's name."""
     with tempfile.TemporaryDirectory() as d:
         os.mkdir(f"{d}/bin")
         with open(f"{d}/bin/-c", "w") as f:
@@ -305,24 +305,16 @@ def case_edges():
                env(FORGEALLOC_STATS_DIR="st"), cwd=f"{d}/w")
         check(r.returncode == 0 and "cannot write" not in r.stderr and len(os.listdir(f"{d}/w/st")) == 1,
               f"relative FORGEALLOC_STATS_DIR: {r.stderr!r}")
-        # The fallback $TMPDIR/forgealloc-$UID made by another user: not used.
-        os.mkdir(f"{d}/tmp")
-        theirs = f"{d}/tmp/forgealloc-{os.geteuid()}"
-        os.mkdir(theirs, 0o777)
-        os.chown(theirs, 65534, 65534) if os.geteuid() == 0 else None
-        if os.geteuid() == 0:
-            r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
-                   env(TMPDIR=f"{d}/tmp"))
-            mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
-            check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 1
-                  and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
-            check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
-            # The same with TMPDIR relative to the directory run starts in.
-            r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
-                   env(TMPDIR="tmp"), cwd=d)
-            mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
-            check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 2,
-                  f"relative TMPDIR, fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
+        # The fallback $TMPDIR/forgealloc-$UID a symbolic link (anyone can make one first in a shared /tmp): not
+        # used, a fresh directory instead, with one note.  (Made by another user: case stats_dir_theirs, as root.)
+        os.makedirs(f"{d}/tmp/elsewhere")
+        os.symlink(f"{d}/tmp/elsewhere", f"{d}/tmp/forgealloc-{os.geteuid()}")
+        r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
+               env(TMPDIR=f"{d}/tmp"))
+        mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+        check(r.returncode == 0 and os.listdir(f"{d}/tmp/elsewhere") == [] and len(mine) == 1
+              and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback a link: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
+        check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
         r = sh([launcher(), "run", "--stats-file", "/dev/null", "--", "true"])
         check(r.returncode == 0 and r.stderr == "", f"--stats-file /dev/null: {r.stderr!r}")
         # A % in a directory's name stands for itself (50%pct is no %p): FORGEALLOC_STATS_DIR, one relative to
@@ -360,6 +352,30 @@ def case_deleted_cwd():
             noise = [ln for ln in r.stderr.splitlines() if not startup.match(ln)]
             check(r.returncode == 0 and r.stdout == "ran\n" and not noise,
                   f"{cmd}: status {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
+
+
+def case_stats_dir_theirs():
+    """The fallback $TMPDIR/forgealloc-$UID made by another user (who could read or replace the files): not used, a
+    fresh directory instead, with one note; the same with TMPDIR relative to where run starts.  Needs root to give
+    the directory to another user."""
+    if os.geteuid() != 0:
+        print("needs root to make a directory of another user's - skipped")
+        return SKIP
+    child = [A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"]
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(f"{d}/tmp")
+        theirs = f"{d}/tmp/forgealloc-{os.geteuid()}"
+        os.mkdir(theirs, 0o777)
+        os.chown(theirs, 65534, 65534)
+        r = sh([launcher(), "run", "--"] + child, env(TMPDIR=f"{d}/tmp"))
+        mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+        check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 1
+              and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
+        check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
+        r = sh([launcher(), "run", "--"] + child, env(TMPDIR="tmp"), cwd=d)
+        mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+        check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 2,
+              f"relative TMPDIR, fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
 
 
 # ---- env, doctor, report ---------------------------------------------------------------
