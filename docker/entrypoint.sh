@@ -17,8 +17,20 @@
 # The kernel never kills a container's PID 1 with a signal that process
 # leaves at its default action, so the command must not be PID 1: the image
 # starts this script under tini; started as PID 1 anyway (an ENTRYPOINT
-# without tini or docker run --init), it puts tini in front when installed.
-set -euf # no globs below: the words of tini's command line are split, never expanded
+# without tini or docker run --init), it puts tini in front when installed,
+# and where it is not, `forgealloc run` says so in one line.
+set -euf
+
+# The shell exports PWD, which Docker does not pass, or rewrites it: the
+# command gets the caller's environment (the launcher puts back the rest),
+# with PWD as the caller passed it, or none.
+if [ -r "/proc/$$/environ" ]; then
+    if caller_pwd=$(tr '\0' '\n' <"/proc/$$/environ" | grep -m 1 '^PWD='); then
+        export PWD="${caller_pwd#PWD=}"
+    else
+        unset PWD
+    fi
+fi
 
 if [ "$$" = 1 ] && command -v tini >/dev/null 2>&1; then
     exec tini -s -g -- /bin/sh "$0" "$@"
@@ -26,7 +38,7 @@ fi
 
 if [ "$#" -eq 0 ]; then
     echo "forgealloc entrypoint: no command given; set CMD in the image or pass one to docker run" >&2
-    exit 2
+    exit 125 # its own error, as forgealloc run's: never taken for the command's status
 fi
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -40,7 +52,7 @@ done
 [ -n "$launcher" ] || launcher=$(command -v forgealloc 2>/dev/null || true)
 if [ -z "$launcher" ]; then
     echo "forgealloc entrypoint: the forgealloc command is not installed next to $here or on PATH" >&2
-    exit 2
+    exit 125
 fi
 
 : "${FORGEALLOC_STATS:=text}"
@@ -62,33 +74,9 @@ system) "$launcher" system-preload || true ;; # on refusal it says why, in one l
 esac
 
 # ---- docker stop and a start script ----
-# Under tini -g, `run --wait-group` keeps the launcher between tini and the
-# command, so that a start script that runs Python as a child (webui.sh)
+# Under tini -g, `run --wait-group=auto` keeps the launcher between tini and
+# the command, so that a start script that runs Python as a child (webui.sh)
 # and dies of `docker stop`'s SIGTERM at once does not end the container
-# while Python still handles the signal (see forgealloc run --help).
-
-# Whether the parent is tini signalling this shell's process group (-g, or
-# TINI_KILL_PROCESS_GROUP for Docker's own), with this shell leading it.
-under_group_tini() {
-    comm="" line=""
-    IFS= read -r comm <"/proc/$PPID/comm" 2>/dev/null || return 1
-    case "$comm" in tini | docker-init) ;; *) return 1 ;; esac
-    IFS= read -r line <"/proc/$$/stat" 2>/dev/null || return 1
-    # shellcheck disable=SC2086 # the fields after the name, split
-    set -- ${line##*") "}
-    [ "$3" = "$$" ] || return 1
-    tr '\0' '\n' <"/proc/$PPID/environ" 2>/dev/null | grep -q '^TINI_KILL_PROCESS_GROUP=[1-9]' && return 0
-    for a in $(tr '\0' ' ' <"/proc/$PPID/cmdline" 2>/dev/null); do
-        case "$a" in
-        --) return 1 ;;
-        --*) ;;
-        -*g*) return 0 ;;
-        esac
-    done
-    return 1
-}
-
-if under_group_tini; then
-    exec "$launcher" run --wait-group -- "$@"
-fi
-exec "$launcher" run -- "$@"
+# while Python still handles the signal; elsewhere it execs the command (see
+# forgealloc run --help: the launcher decides which).
+exec "$launcher" run --wait-group=auto -- "$@"

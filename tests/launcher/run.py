@@ -191,13 +191,17 @@ def case_errors_and_help():
     for cmd in (["--help"], ["run", "--help"], ["env", "--help"], ["doctor", "--help"], ["report", "--help"]):
         r = sh([launcher()] + cmd)
         check(r.returncode == 0 and "usage" in r.stdout, f"{cmd}: {r!r}")
-    for cmd, word in ((["bogus"], "unknown command"), (["run"], "no command"), (["run", "--stats", "xml", "--", "true"],
-                      "--stats xml"), (["run", "--frobnicate"], "unknown option"), (["report"], "report")):
+    # run's own errors exit 125, as env's or timeout's: never taken for the command's 1 or 2; the other commands'
+    # usage errors 2.
+    for cmd, word, status in ((["bogus"], "unknown command", 2), (["run"], "no command", 125),
+                              (["run", "--stats", "xml", "--", "true"], "--stats xml", 125),
+                              (["run", "--frobnicate"], "unknown option", 125), (["run", "--stats"], "--stats needs", 125),
+                              (["report"], "report", 2), (["env", "--bogus"], "unknown option", 2)):
         r = sh([launcher()] + cmd)
         lines = r.stderr.strip().splitlines()
-        check(r.returncode != 0 and len(lines) == 1 and word in lines[0], f"{cmd}: {r.returncode} {r.stderr!r}")
+        check(r.returncode == status and len(lines) == 1 and word in lines[0], f"{cmd}: {r.returncode} {r.stderr!r}")
     r = sh([launcher(), "run", "--", "true"], env(FORGEALLOC_LIB="/nonexistent/libforgealloc.so"))
-    check(r.returncode != 0 and "FORGEALLOC_LIB" in r.stderr, f"bad FORGEALLOC_LIB: {r.stderr!r}")
+    check(r.returncode == 125 and "FORGEALLOC_LIB" in r.stderr, f"bad FORGEALLOC_LIB: {r.returncode} {r.stderr!r}")
 
 
 def case_run_checks():
@@ -229,7 +233,7 @@ def case_run_checks():
                            (d, "is not a file")):
             r = sh([launcher(), "run", "--", "echo", "ran"], env(FORGEALLOC_LIB=lib))
             lines = r.stderr.strip().splitlines()
-            check(r.returncode == 2 and r.stdout == "" and len(lines) == 1 and words in lines[0],
+            check(r.returncode == 125 and r.stdout == "" and len(lines) == 1 and words in lines[0],
                   f"FORGEALLOC_LIB={lib}: status {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
     r = sh([launcher(), "env"], env(FORGEALLOC_STRICT="1", FORGEALLOC_STAT="json"))
     check(r.returncode == 0 and re.search(r"^FORGEALLOC_STRICT .*now 1\s+\(environment\)", r.stdout, re.M),
@@ -259,9 +263,30 @@ def case_loaded():
         check(r.returncode == 0 and r.stdout == "hi\n" and r.stderr == "", f"strict, library loaded: {r!r}")
 
 
+def case_environment():
+    """The command gets the caller's environment plus LD_PRELOAD and the launcher's FORGEALLOC_STATS* defaults,
+    nothing else: not the PWD and SHLVL bash sets, an OLDPWD that is no directory kept, the caller's exported
+    SHELLOPTS without the launcher's own set -euo pipefail (a start script would run under them); through run,
+    run --wait-group, the entrypoint, and with the library already loaded in the caller."""
+    ours = {"LD_PRELOAD", "FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE", "FORGEALLOC_STATS_KEEP", "FORGEALLOC_STATS_MAIN_PID"}
+    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "FORGEALLOC_LIB": A.lib}
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    with tempfile.TemporaryDirectory() as d:
+        for extra in ({}, {"PWD": d}, {"SHLVL": "3", "OLDPWD": "/nonexistent", "PWD": f"{d}/."}, {"SHLVL": "0"},
+                      {"SHELLOPTS": "braceexpand:hashall:interactive-comments"}, {"LD_PRELOAD": A.lib},
+                      {"FORGEALLOC_STATS": "json", "FORGEALLOC_STATS_FILE": f"{d}/s-%p.json"}):
+            caller = dict(base, **extra)
+            for how in ([launcher(), "run", "--"], [launcher(), "run", "--wait-group", "--"], [entry]):
+                r = subprocess.run(how + ["/usr/bin/env", "-0"], env=caller, capture_output=True, text=True, cwd=d)
+                got = dict(kv.split("=", 1) for kv in r.stdout.split("\0") if kv)
+                changed = sorted(k for k in set(got) | set(caller) if got.get(k) != caller.get(k) and k not in ours)
+                check(r.returncode == 0 and not changed,
+                      f"{how[-2:]} with {extra}: changed {[(k, caller.get(k), got.get(k)) for k in changed]} {r.stderr[-300:]!r}")
+
+
 def case_edges():
     """A command named like an option, a library path LD_PRELOAD cannot hold, a relative FORGEALLOC_STATS_DIR, a
-    fallback directory someone else made, a --stats-file that is a device, a % in a directory's name."""
+    fallback directory that is a symbolic link, a --stats-file that is a device, a % in a directory's name."""
     with tempfile.TemporaryDirectory() as d:
         os.mkdir(f"{d}/bin")
         with open(f"{d}/bin/-c", "w") as f:
@@ -273,31 +298,23 @@ def case_edges():
         shutil.copy(A.lib, f"{d}/my dir/libforgealloc.so")
         r = sh([launcher(), "run", "--", "true"], env(FORGEALLOC_LIB=f"{d}/my dir/libforgealloc.so"))
         lines = r.stderr.splitlines()
-        check(r.returncode == 2 and len(lines) == 1 and "space or colon" in lines[0], f"path with a space: {r!r}")
+        check(r.returncode == 125 and len(lines) == 1 and "space or colon" in lines[0], f"path with a space: {r!r}")
         # Relative FORGEALLOC_STATS_DIR: a child that changes directory writes there too.
         os.makedirs(f"{d}/w/sub")
         r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'], cwd='sub')"],
                env(FORGEALLOC_STATS_DIR="st"), cwd=f"{d}/w")
         check(r.returncode == 0 and "cannot write" not in r.stderr and len(os.listdir(f"{d}/w/st")) == 1,
               f"relative FORGEALLOC_STATS_DIR: {r.stderr!r}")
-        # The fallback $TMPDIR/forgealloc-$UID made by another user: not used.
-        os.mkdir(f"{d}/tmp")
-        theirs = f"{d}/tmp/forgealloc-{os.geteuid()}"
-        os.mkdir(theirs, 0o777)
-        os.chown(theirs, 65534, 65534) if os.geteuid() == 0 else None
-        if os.geteuid() == 0:
-            r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
-                   env(TMPDIR=f"{d}/tmp"))
-            mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
-            check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 1
-                  and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
-            check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
-            # The same with TMPDIR relative to the directory run starts in.
-            r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
-                   env(TMPDIR="tmp"), cwd=d)
-            mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
-            check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 2,
-                  f"relative TMPDIR, fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
+        # The fallback $TMPDIR/forgealloc-$UID a symbolic link (anyone can make one first in a shared /tmp): not
+        # used, a fresh directory instead, with one note.  (Made by another user: case stats_dir_theirs, as root.)
+        os.makedirs(f"{d}/tmp/elsewhere")
+        os.symlink(f"{d}/tmp/elsewhere", f"{d}/tmp/forgealloc-{os.geteuid()}")
+        r = sh([launcher(), "run", "--", A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"],
+               env(TMPDIR=f"{d}/tmp"))
+        mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+        check(r.returncode == 0 and os.listdir(f"{d}/tmp/elsewhere") == [] and len(mine) == 1
+              and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback a link: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
+        check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
         r = sh([launcher(), "run", "--stats-file", "/dev/null", "--", "true"])
         check(r.returncode == 0 and r.stderr == "", f"--stats-file /dev/null: {r.stderr!r}")
         # A % in a directory's name stands for itself (50%pct is no %p): FORGEALLOC_STATS_DIR, one relative to
@@ -315,6 +332,50 @@ def case_edges():
         check(r.returncode == 0 and "cannot write" not in r.stderr
               and len([f for f in os.listdir(pct) if f.startswith("s-")]) == 2,
               f"relative --stats-file in {pct}: {os.listdir(pct)} {r.stderr!r}")
+
+
+def case_deleted_cwd():
+    """A current directory that was removed (cd into it, rmdir it, run): the command runs, and nothing is printed
+    but the line each shell prints as it starts there (bash's "shell-init: error retrieving current directory",
+    dash's "getcwd() failed"), which no line of a script can prevent; with PWD passed or not."""
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    startup = re.compile(r"^(shell-init: error retrieving current directory: |(/bin/)?sh: \d+: getcwd\(\) failed)")
+    with tempfile.TemporaryDirectory() as d:
+        for i, (cmd, e) in enumerate((([launcher(), "run", "--stats", "off", "--"], env()),
+                                      ([launcher(), "run", "--"], env(FORGEALLOC_STATS_DIR=f"{d}/st")),
+                                      (["/usr/bin/env", "-u", "PWD", launcher(), "run", "--stats", "off", "--"], env()),
+                                      ([entry], env(FORGEALLOC_STATS="off")))):
+            gone = f"{d}/gone{i}"
+            os.mkdir(gone)
+            r = sh(["/bin/sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", gone] + cmd +
+                   ["/bin/echo", "ran"], e)
+            noise = [ln for ln in r.stderr.splitlines() if not startup.match(ln)]
+            check(r.returncode == 0 and r.stdout == "ran\n" and not noise,
+                  f"{cmd}: status {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
+
+
+def case_stats_dir_theirs():
+    """The fallback $TMPDIR/forgealloc-$UID made by another user (who could read or replace the files): not used, a
+    fresh directory instead, with one note; the same with TMPDIR relative to where run starts.  Needs root to give
+    the directory to another user."""
+    if os.geteuid() != 0:
+        print("needs root to make a directory of another user's - skipped")
+        return SKIP
+    child = [A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"]
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(f"{d}/tmp")
+        theirs = f"{d}/tmp/forgealloc-{os.geteuid()}"
+        os.mkdir(theirs, 0o777)
+        os.chown(theirs, 65534, 65534)
+        r = sh([launcher(), "run", "--"] + child, env(TMPDIR=f"{d}/tmp"))
+        mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+        check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 1
+              and len(os.listdir(f"{d}/tmp/{mine[0]}")) == 1, f"fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
+        check(len([x for x in r.stderr.splitlines() if x.startswith("forgealloc:")]) == 1, f"one note: {r.stderr!r}")
+        r = sh([launcher(), "run", "--"] + child, env(TMPDIR="tmp"), cwd=d)
+        mine = [x for x in os.listdir(f"{d}/tmp") if x.startswith(f"forgealloc-{os.geteuid()}.")]
+        check(r.returncode == 0 and os.listdir(theirs) == [] and len(mine) == 2,
+              f"relative TMPDIR, fallback of another user's: {os.listdir(f'{d}/tmp')} {r.stderr!r}")
 
 
 # ---- env, doctor, report ---------------------------------------------------------------
@@ -440,7 +501,7 @@ def case_entrypoint():
         r = sh([entry, A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"], env(FORGEALLOC_STATS_DIR=d))
         check(len(os.listdir(d)) == 1, f"a child's stats file in FORGEALLOC_STATS_DIR: {os.listdir(d)}")
         r = sh([entry])
-        check(r.returncode == 2 and "no command" in r.stderr, f"no command: {r!r}")
+        check(r.returncode == 125 and "no command" in r.stderr, f"no command: {r!r}")
         # Stopped like `docker stop`: SIGTERM, the dump is still written.
         p = subprocess.Popen([entry, A.python, "-c", "import time; print('up', flush=True); time.sleep(30)"],
                              env=env(FORGEALLOC_STATS_DIR=d), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -448,6 +509,73 @@ def case_entrypoint():
         p.terminate()
         _, err = p.communicate(timeout=30)
         check(p.returncode == -15 and "signal after" in err, f"SIGTERM: status {p.returncode}, stderr {err!r}")
+
+
+def case_pid1():
+    """As PID 1 without an init (a container started without tini or --init), SIGTERM does nothing to a command
+    that leaves it at its default: run says so in one line, as does the entrypoint where no tini is installed
+    (with tini it puts tini in front, silently).  Nothing where the command is an init, where PID 1 is tini, or
+    under FORGEALLOC_LOG=error; nothing outside a pid namespace (every other case)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        print("needs root and unshare for pid namespaces - skipped")
+        return SKIP
+    ns = ["unshare", "--pid", "--fork", "--mount-proc"]
+    if subprocess.run(ns + ["true"], capture_output=True).returncode != 0:
+        print("pid namespaces not permitted here - skipped")
+        return SKIP
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    run = [launcher(), "run", "--stats", "off", "--"]
+    with tempfile.TemporaryDirectory() as d:
+        # A PATH without tini: every program of /usr/bin but it.
+        os.mkdir(f"{d}/bin")
+        for name in os.listdir("/usr/bin"):
+            if not name.startswith("tini"):
+                os.symlink(f"/usr/bin/{name}", f"{d}/bin/{name}")
+        notini = env(PATH=f"{d}/bin", FORGEALLOC_STATS="off")
+        tini = shutil.which("tini")
+        cases = [(ns + run + ["/bin/echo", "ran"], env(), True),
+                 (ns + [entry, "/bin/echo", "ran"], notini, True),
+                 (ns + run + ["/bin/echo", "ran"], env(FORGEALLOC_LOG="error"), False),
+                 (ns + [entry, "/bin/echo", "ran"], dict(notini, FORGEALLOC_LOG="error"), False)]
+        if tini:
+            cases += [(ns + run + [tini, "-s", "--", "/bin/echo", "ran"], env(), False),
+                      (ns + [tini, "--"] + run + ["/bin/echo", "ran"], env(), False),
+                      (ns + [entry, "/bin/echo", "ran"], env(FORGEALLOC_STATS="off"), False)]
+        for argv, e, said in cases:
+            r = sh(argv, e)
+            lines = r.stderr.splitlines()
+            check(r.returncode == 0 and r.stdout == "ran\n", f"{argv[4:]}: {r!r}")
+            if said:
+                check(len(lines) == 1 and "PID 1" in lines[0] and "--init" in lines[0], f"{argv[4:]}: {r.stderr!r}")
+            else:
+                check(r.stderr == "", f"{argv[4:]}: printed {r.stderr!r}")
+
+
+def case_readme_image():
+    """The README's recipe for adding forgealloc to an existing image makes the directory the entrypoint writes its
+    stats files to (the package does not), writable for all as the project's image makes it; where it is missing,
+    the entrypoint falls back to $TMPDIR/forgealloc-$UID without a word, and no dump is lost."""
+    readme = open(os.path.join(A.srcdir, "README.md")).read()
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    m = re.search(r"export FORGEALLOC_STATS_DIR=(\S+)", open(entry).read())
+    check(m, "the entrypoint's stats directory not found in entrypoint.sh")
+    stats_dir = m.group(1)
+    recipe = re.search(r"To add the shim to an existing .*?```dockerfile\n(.*?)```", readme, re.S)
+    check(recipe, "the README's recipe for an existing image not found")
+    check(re.search(rf"mkdir -p {re.escape(stats_dir)}\b", recipe.group(1))
+          and re.search(rf"chmod 1777 {re.escape(stats_dir)}\b", recipe.group(1)),
+          f"the README's recipe does not make {stats_dir} (writable for all):\n{recipe.group(1)}")
+    dockerfile = open(os.path.join(A.srcdir, "docker", "Dockerfile")).read()
+    check(f"mkdir -p {stats_dir} && chmod 1777 {stats_dir}" in dockerfile, f"docker/Dockerfile does not make {stats_dir}")
+    if os.path.exists(stats_dir):
+        print(f"{stats_dir} exists here: the fallback is not checked")
+        return
+    with tempfile.TemporaryDirectory() as d:
+        r = sh([entry, A.python, "-c", "import subprocess; subprocess.run(['/bin/true'])"], env(TMPDIR=d))
+        files = glob.glob(f"{d}/forgealloc-{os.geteuid()}/*.txt")
+        check(r.returncode == 0 and len(files) == 1 and r.stderr.count("forgealloc 0") == 1
+              and not [ln for ln in r.stderr.splitlines() if ln.startswith(("forgealloc:", "forgealloc entrypoint"))],
+              f"without {stats_dir}: files {files}, stderr {r.stderr!r}")
 
 
 def ns_pid1(unshare_pid):
@@ -524,6 +652,123 @@ def case_entrypoint_stop():
         r = sh(["/bin/sh", "-c", f'"{entry}" /bin/sh -c \'echo $PPID\'; echo $$'], env(FORGEALLOC_STATS="off"))
         lines = r.stdout.split()
         check(r.returncode == 0 and len(lines) == 2 and lines[0] == lines[1], f"not under tini: {r!r}")
+
+
+def case_wait_group_auto():
+    """run --wait-group=auto (what the entrypoint passes) stays as the command's parent only where tini (or
+    docker-init) signals the process group: -g anywhere before `--`, alone or in a cluster, or
+    TINI_KILL_PROCESS_GROUP with any value (tini only asks whether it is set); elsewhere it execs the command."""
+    tini = shutil.which("tini")
+    if not tini:
+        print("needs tini - skipped")
+        return SKIP
+    entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
+    show = ["/bin/sh", "-c", "echo $PPID"]
+    with tempfile.TemporaryDirectory() as d:
+        init = os.path.join(d, "docker-init")  # Docker's --init: tini under another name
+        os.symlink(tini, init)
+        for argv, extra, waits in (([tini, "-s", "-g", "--"], {}, True),
+                                   ([tini, "-sg", "--"], {}, True),
+                                   ([tini, "-s", "-e", "3", "--"], {}, False),
+                                   ([tini, "-s", "--"], {}, False),
+                                   ([tini, "-s", "--"], {"TINI_KILL_PROCESS_GROUP": "0"}, True),
+                                   ([init, "-s", "--"], {"TINI_KILL_PROCESS_GROUP": ""}, True),
+                                   ([init, "-s", "--"], {}, False)):
+            for how in ([launcher(), "run", "--wait-group=auto", "--"], [entry]):
+                p = subprocess.Popen(argv + how + show, env=env(FORGEALLOC_STATS="off", **extra),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                out, err = p.communicate(timeout=60)
+                waited = out.strip() != str(p.pid)
+                check(p.returncode == 0 and err == "" and waited == waits,
+                      f"{argv} {extra} {how[0]}: the command's parent {out.strip()} (tini {p.pid}), "
+                      f"expected {'the launcher' if waits else 'tini'}; stderr {err!r}")
+    # Not under tini: exec, the command has the launcher's pid.
+    r = sh(["/bin/sh", "-c", f'"{launcher()}" run --stats off --wait-group=auto -- /bin/sh -c \'echo $PPID\'; echo $$'])
+    lines = r.stdout.split()
+    check(r.returncode == 0 and len(lines) == 2 and lines[0] == lines[1], f"not under tini: {r!r}")
+    # A value for --wait-group other than auto: one line, the launcher's own error.
+    r = sh([launcher(), "run", "--wait-group=yes", "--", "true"])
+    check(r.returncode != 0 and r.stderr.count("\n") == 1 and "--wait-group=auto" in r.stderr, f"--wait-group=yes: {r!r}")
+
+
+def sig_mask(pid, field):
+    """A signal mask from /proc/PID/status (SigIgn, SigCgt), 0 when the process is gone."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def case_wait_group_signals():
+    """run --wait-group: a SIGTERM or SIGINT sent to the process group (tini -g, Ctrl+C) as the command is being
+    started, after the launcher has forked it and before it has set its signals to their defaults, is not lost:
+    the child never ignores it (it used to, from the fork until it reset its traps), and the command ends of it.
+    The child is stopped right after the fork, the signal sent, the child continued.  bash itself can still lose a
+    SIGINT that lands after its last check for one and before exec (a few microseconds; one loss in five
+    tolerated).  A second signal during the wait for the rest of the group ends the wait, with nothing printed."""
+    if tuple(int(x) for x in re.findall(r"\d+", subprocess.run(["bash", "-c", "echo ${BASH_VERSINFO[0]} ${BASH_VERSINFO[1]}"],
+                                                              capture_output=True, text=True).stdout)) < (5, 2):
+        print("bash older than 5.2 (a subshell takes a trapped signal before its reset as its own trap) - skipped")
+        return SKIP
+    marker = 1 << (signal.SIGRTMAX - 1)  # caught or ignored by the launcher from just before the fork on
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        bit, lost = 1 << (sig - 1), []
+        for i in range(5):
+            p = subprocess.Popen([launcher(), "run", "--stats", "off", "--wait-group", "--", "sleep", "5"], env=env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                deadline = time.time() + 30
+                kids = []
+                while not kids and time.time() < deadline:
+                    if (sig_mask(p.pid, "SigIgn") | sig_mask(p.pid, "SigCgt")) & marker:
+                        try:
+                            kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
+                        except OSError:
+                            pass
+                check(kids, f"{sig.name}: no child of the launcher")
+                os.killpg(p.pid, signal.SIGSTOP)
+                child = "?"
+                while time.time() < deadline:  # stopped for real: its state is what the signal finds
+                    try:
+                        if open(f"/proc/{kids[0]}/stat").read().rsplit(") ", 1)[1].split()[0] in "TtZX":
+                            child = open(f"/proc/{kids[0]}/cmdline").read().replace("\0", " ")
+                            break
+                    except OSError:
+                        break
+                ignored = sig_mask(kids[0], "SigIgn") & bit
+                child += " " + " ".join(f"{f}={bool(sig_mask(kids[0], f) & bit)}" for f in ("SigBlk", "SigIgn", "SigCgt"))
+                os.killpg(p.pid, sig)
+                os.killpg(p.pid, signal.SIGCONT)
+                t = time.time()
+                _, err = p.communicate(timeout=30)
+                check(not ignored, f"{sig.name} right after the fork: the child ignores it ({child}), it is lost")
+                check(err == "", f"{sig.name}: stderr {err!r}")
+                if p.returncode != 128 + sig or time.time() - t > 3:
+                    lost.append(f"run {i}: status {p.returncode} after {time.time() - t:.1f} s, the child {child}")
+            finally:
+                subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], capture_output=True)
+        check(len(lost) <= 1, f"{sig.name} right after the fork did not end the command: {lost}")
+    # The command ends of SIGTERM; another process of its group ignores it: the wait for it ends at the second.
+    p = subprocess.Popen([launcher(), "run", "--stats", "off", "--wait-group", "--", "/bin/sh", "-c",
+                          "sh -c 'trap \"\" TERM; sleep 20' >/dev/null 2>&1 & echo up; exec sleep 20"], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        check(p.stdout.readline() == "up\n", "the command did not start")
+        time.sleep(0.3)
+        os.killpg(p.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        check(p.poll() is None, f"the launcher did not wait for the rest of the group: {p.returncode}")
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            check(False, "a second SIGTERM did not end the wait")
+        check(p.returncode == 143 and err == "", f"second SIGTERM: status {p.returncode}, stderr {err!r}")
+    finally:
+        subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], capture_output=True)
 
 
 # ---- start scripts that overwrite LD_PRELOAD, and the system preload (in a chroot) ----
