@@ -234,7 +234,9 @@ def main(argv):
         if not available():
             print("forgealloc: run this under the library (forgealloc env does that)", file=sys.stderr)
             return 2
-        return _env(len(argv) == 2 and argv[1] == "--markdown")
+        rc = _env(len(argv) == 2 and argv[1] == "--markdown")
+        sys.stdout.flush()
+        os._exit(rc)  # the library's exit dump is the caller's business, not this table's
     if len(argv) in (2, 3) and argv[0] == "report":
         return _report(argv[1:])
     print("usage: forgealloc.py env [--markdown] | report FILE.json [OTHER.json]", file=sys.stderr)

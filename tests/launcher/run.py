@@ -392,6 +392,20 @@ def case_env():
         check(re.search(rf"^{name}\s", r.stdout, re.M), f"forgealloc env does not list {name}")
     check(re.search(r"^FORGEALLOC_RELEASE_THRESHOLD .*now 32.0 MiB\s+\(environment\)", r.stdout, re.M),
           "env shows the current value and where it came from")
+    # The caller's FORGEALLOC_STATS shows in the table and makes no dump; a
+    # python3 that is a wrapper script (pyenv) adds no dumps or warnings of
+    # its shells.
+    with tempfile.TemporaryDirectory() as d:
+        wrapper = os.path.join(d, "python3")
+        with open(wrapper, "w") as f:
+            f.write(f'#!/bin/sh\nexec {A.python} "$@"\n')
+        os.chmod(wrapper, 0o755)
+        for path in (os.environ["PATH"], f"{d}:{os.environ['PATH']}"):
+            r = sh([launcher(), "env"], env(FORGEALLOC_STATS="text", FORGEALLOC_RELEASE_DELAY="x", PATH=path))
+            check(r.returncode == 0 and re.search(r"^FORGEALLOC_STATS .*now text\s+\(environment\)", r.stdout, re.M),
+                  r.stdout[:300])
+            check(r.stderr.count("\n") == 1 and "FORGEALLOC_RELEASE_DELAY='x'" in r.stderr,
+                  f"PATH={path[:40]}...: {r.stderr[:400]!r}")
     # Output cut short (`| head`) ends it quietly, as it ends other tools.
     for args in (["env"], ["env", "--markdown"]):
         r = sh(["sh", "-c", '"$@" | head -c 1 >/dev/null', "sh", launcher()] + args)
