@@ -223,6 +223,12 @@ def case_run_checks():
             lines = r.stderr.strip().splitlines()
             check(r.returncode == status and len(lines) == 1 and words in lines[0] and lines[0].startswith("forgealloc"),
                   f"{cmd}: status {r.returncode}, stderr {r.stderr!r}")
+        # --pool is checked as the library reads it, before the command starts.
+        for pool, ok in (("2X", False), ("101%", False), ("1.5G", True), ("25%", True), ("0", True)):
+            r = sh([launcher(), "run", "--stats", "off", "--pool", pool, "--", "sh", "-c", "echo ran"])
+            want = (0, "ran\n", "") if ok else (125, "", f"forgealloc: --pool {pool}: use a size or a percentage")
+            check(r.returncode == want[0] and r.stdout == want[1] and r.stderr.startswith(want[2])
+                  and r.stderr.count("\n") == (0 if ok else 1), f"--pool {pool}: {r.returncode} {r.stdout!r} {r.stderr!r}")
         # The library with a dependency that is not installed: a copy asking for libtcmalloc_minimal.so.9.
         data = open(A.lib, "rb").read()
         check(b"libtcmalloc_minimal.so.4" in data, "the library names libtcmalloc_minimal.so.4")
