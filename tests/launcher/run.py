@@ -241,6 +241,9 @@ def case_run_checks():
             lines = r.stderr.strip().splitlines()
             check(r.returncode == 125 and r.stdout == "" and len(lines) == 1 and words in lines[0],
                   f"FORGEALLOC_LIB={lib}: status {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
+            r = sh([launcher(), "version"], env(FORGEALLOC_LIB=lib))
+            check(r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr,
+                  f"version with FORGEALLOC_LIB={lib}: {r.returncode} {r.stderr!r}")
     r = sh([launcher(), "env"], env(FORGEALLOC_STRICT="1", FORGEALLOC_STAT="json"))
     check(r.returncode == 0 and re.search(r"^FORGEALLOC_STRICT .*now 1\s+\(environment\)", r.stdout, re.M),
           f"env under FORGEALLOC_STRICT=1: {r.returncode} {r.stdout[-300:]!r} {r.stderr!r}")
