@@ -97,14 +97,9 @@ static bool maybe_in_handler(void)
     sigset_t cur;
     if (pthread_sigmask(SIG_BLOCK, NULL, &cur) != 0 || sigisemptyset(&cur))
         return false;
-    for (int sig = 1; sig < NSIG; sig++) {
-        struct sigaction sa;
-        if (sigismember(&cur, sig) != 1 || fa_signals_action(FA_SIGCALL_SIGACTION, sig, NULL, &sa) != 0)
-            continue;
-        if (sa.sa_flags & SA_SIGINFO ? sa.sa_sigaction != NULL
-                                     : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(&cur, sig) == 1 && fa_signals_handled(sig))
             return true;
-    }
     return false;
 }
 

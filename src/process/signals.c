@@ -458,3 +458,9 @@ int fa_signals_interrupt(int sig, int interrupt)
     errno = err;
     return rc;
 }
+
+bool fa_signals_handled(int sig)
+{
+    struct sigaction sa;
+    return fa_signals_action(FA_SIGCALL_SIGACTION, sig, NULL, &sa) == 0 && is_handler(sa.sa_handler);
+}

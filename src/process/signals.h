@@ -5,6 +5,7 @@
 #define FA_SIGNALS_H
 
 #include <signal.h> /* sighandler_t needs _GNU_SOURCE, defined by every .c file */
+#include <stdbool.h>
 
 /* Every libc name that sets or queries a disposition: (id, name).  For the
  * signals the dump does not watch, each forwards to the next definition of
@@ -43,5 +44,8 @@ int fa_signals_action(enum fa_signal_call call, int sig, const struct sigaction 
 sighandler_t fa_signals_handler(enum fa_signal_call call, int sig, sighandler_t handler);
 int fa_signals_ignore(int sig);
 int fa_signals_interrupt(int sig, int interrupt);
+/* Whether the program has a handler set for sig, as its own sigaction
+ * query would say (not the dump's handler standing in for SIG_DFL). */
+bool fa_signals_handled(int sig);
 
 #endif
