@@ -20,6 +20,7 @@
 #include "../core/fmt.h"
 #include "forgealloc.h"
 #include "../core/log.h"
+#include "../core/onstack.h"
 #include "../core/options.h"
 #include "../core/owner.h"
 #include "signals.h"
@@ -108,6 +109,12 @@ static bool maybe_in_handler(void)
  * parent's background thread (no more periodic dumps or returns to the
  * OS there) and write the parent's numbers under its own pid.  It leaves
  * everything as it is. */
+static void exit_dump_in_handler(void *unused)
+{
+    (void)unused;
+    fa_report_configured("exit", true);
+}
+
 __attribute__((destructor)) static void fa_stop(void)
 {
     if (!fa_owner_mine())
@@ -117,7 +124,7 @@ __attribute__((destructor)) static void fa_stop(void)
     if (!maybe_in_handler()) {
         fa_report_configured("exit", false);
     } else if (fa_report_signal_enter()) {
-        fa_report_configured("exit", true);
+        fa_on_stack(exit_dump_in_handler, NULL); /* the handler's stack may be small */
         fa_report_signal_leave();
     }
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "report.h"
+#include "../core/onstack.h"
 #include "../core/options.h"
 #include "../core/owner.h"
 
@@ -218,15 +219,23 @@ static void die_of(int sig)
     unlock(&old);
 }
 
+/* The dump itself, on a stack of its own (onstack.h): the signal may have
+ * landed on a small stack, or on a sigaltstack that already holds the
+ * frame of the program's own handler. */
+static void signal_dump(void *sig)
+{
+    fa_report_configured("signal", true);
+    fa_report_abandon();
+    die_of(*(int *)sig);
+}
+
 static void dump_and_die(int sig)
 {
     int saved = errno;
     if (borrowed()) {
         die_of(sig); /* a vfork child before its exec: as SIG_DFL, no dump */
     } else if (fa_report_signal_enter()) {
-        fa_report_configured("signal", true);
-        fa_report_abandon();
-        die_of(sig);
+        fa_on_stack(signal_dump, &sig);
         fa_report_signal_leave(); /* still alive (PID 1): the next signal dumps again */
     } else {
         die_of(sig);

@@ -1551,6 +1551,9 @@ def case_signal_two_threads():
         check(not [n for n in names if ".tmp" in n], f"run {i}: temporaries left: {names}")
 
 
+SIGSTACK_USED = re.compile(r"used (\d+) bytes(?:, (\d+) below the SIGUSR1 handler)?")
+
+
 def case_signal_small_stack():
     """The signal dump fits in SIGSTKSZ (8192 bytes) with room to spare.
     SIGTERM arrives while the program runs on a small stack of its own, or
@@ -1558,12 +1561,18 @@ def case_signal_small_stack():
     that stack: two signal frames); the dump is written, the process dies of
     SIGTERM, and the guard below the stack is untouched.  Every format, to a
     file (the first write of a process also sweeps the directory), to
-    stderr, and to a path that cannot be written (the warning)."""
+    stderr, and to a path that cannot be written (the warning).  The
+    kernel's signal frame alone takes 1-4 KiB (the vector registers: 3.4
+    KiB with AVX-512); beyond the second frame, the dump may take at most
+    512 bytes of the program's sigaltstack (its work runs on a stack of
+    its own)."""
     for mode, size in (("stack", 8192), ("stack", 6144), ("altstack", 8192)):
         cmd = [prog("p_sigstack"), mode, str(size)]
         plain = run(cmd, preload=False, timeout=60)
         check(plain.returncode == 0, f"{mode} {size} without the shim: {plain.stdout} {plain.stderr}")
         print("without the shim:", plain.stdout.strip())
+        m = SIGSTACK_USED.search(plain.stdout)
+        frame = int(m[1]) - int(m[2]) if m and m[2] else None  # the first frame, down to the handler's local
         for fmt in ("json", "text", "prometheus"):
             for where in ("file", "stderr", "unwritable"):
                 what = f"{mode} {size}, {fmt} to {where}"
@@ -1573,6 +1582,11 @@ def case_signal_small_stack():
                     files = os.listdir(d)
                     text = open(os.path.join(d, files[0])).read() if where == "file" and len(files) == 1 else ""
                 check(r.returncode == 0, f"{what}: {r.stdout.strip()} {r.stderr[-300:]!r}")
+                m = SIGSTACK_USED.search(r.stdout)
+                if frame is not None:
+                    check(m and m[2] and int(m[2]) <= frame + 512,
+                          f"{what}: {r.stdout.strip()}; the first signal frame took {frame} bytes, so the dump "
+                          f"took more than 512 bytes of the program's stack")
                 if where == "file":
                     check(len(files) == 1 and r.stderr == "", f"{what}: files {files}, stderr {r.stderr[-300:]!r}")
                 elif where == "stderr":
