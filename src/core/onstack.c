@@ -34,6 +34,34 @@ __asm__(".text\n"
         "  ret\n"
         "  .cfi_endproc\n"
         ".size fa_onstack_switch_call, .-fa_onstack_switch_call\n");
+#elif defined(__aarch64__)
+#define FA_HAVE_SWITCH 1
+__asm__(".text\n"
+        ".p2align 2\n"
+        ".globl fa_onstack_switch_call\n"
+        ".hidden fa_onstack_switch_call\n"
+        ".type fa_onstack_switch_call, %function\n"
+        "fa_onstack_switch_call:\n"
+        "  .cfi_startproc\n"
+        "  stp x29, x30, [sp, #-16]!\n"
+        "  .cfi_def_cfa_offset 16\n"
+        "  .cfi_offset x29, -16\n"
+        "  .cfi_offset x30, -8\n"
+        "  mov x29, sp\n"
+        "  .cfi_def_cfa_register x29\n"
+        "  mov sp, x2\n"
+        "  mov x3, x0\n"
+        "  mov x0, x1\n"
+        "  blr x3\n"
+        "  mov sp, x29\n"
+        "  .cfi_def_cfa sp, 16\n"
+        "  ldp x29, x30, [sp], #16\n"
+        "  .cfi_def_cfa_offset 0\n"
+        "  .cfi_restore x29\n"
+        "  .cfi_restore x30\n"
+        "  ret\n"
+        "  .cfi_endproc\n"
+        ".size fa_onstack_switch_call, .-fa_onstack_switch_call\n");
 #endif
 
 #ifdef FA_HAVE_SWITCH

@@ -14,7 +14,7 @@
 /* Run fn(arg) on a fresh stack of FA_ONSTACK_SIZE bytes, with a guard
  * page below it, mapped for the call and unmapped after it (straight
  * system calls: async-signal-safe; each call has a stack of its own).
- * Where none can be mapped, or on an architecture other than x86-64, fn
+ * Where none can be mapped, or on an architecture other than x86-64 and AArch64, fn
  * runs on the caller's stack.  Returns whether it ran on the fresh one. */
 bool fa_on_stack(void (*fn)(void *), void *arg);
 
