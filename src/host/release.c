@@ -184,6 +184,18 @@ static uint64_t polled_held; /* free bytes at the last tick, while polling */
 static bool (*waker)(bool start);
 static void (*soon)(void);
 
+/* tcmalloc's free bytes as last read, and the large blocks freed minus
+ * those allocated since (bytes).  Reading the property costs about 270
+ * instructions and tcmalloc's page-heap lock, more than a large malloc
+ * and free take together, so allocations read it at most once per tick of
+ * the coarse clock (1-4 ms); in between, a sample is the last reading
+ * moved by the large blocks since.  That is exact for them and misses
+ * only tcmalloc's own small-object spans; where a block grew the heap
+ * instead of taking free memory, it reads low, which keeps memory, never
+ * returns it.  Ticks read it always. */
+static uint64_t read_free, read_ms;
+static int64_t moved;
+
 /* Returns released below this are not worth a system call. */
 #define STEP ((uint64_t)2 << 20)
 
@@ -236,6 +248,7 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
             break;
     }
     if (got) {
+        __atomic_store_n(&read_ms, 0, __ATOMIC_RELAXED); /* the next sample reads tcmalloc again */
         __atomic_fetch_add(&releases, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&by_reason[why], got, __ATOMIC_RELAXED);
         decay_lock_take();
@@ -246,14 +259,32 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
     return got;
 }
 
-/* Sample the free bytes after a large allocation took some: the dips are
- * what the window remembers as demand. */
-static void sample(void)
+
+/* tcmalloc's free bytes now, read from tcmalloc. */
+static uint64_t read_held(uint64_t now)
 {
-    uint64_t free_bytes = fa_tc_prop("tcmalloc.pageheap_free_bytes");
+    __atomic_store_n(&moved, 0, __ATOMIC_RELAXED); /* before the read: what comes after counts against it */
+    uint64_t v = fa_tc_prop("tcmalloc.pageheap_free_bytes");
+    __atomic_store_n(&read_free, v, __ATOMIC_RELAXED);
+    __atomic_store_n(&read_ms, now, __ATOMIC_RELAXED);
+    return v;
+}
+
+/* Sample the free bytes after a large allocation of n took some: the dips
+ * are what the window remembers as demand. */
+static void sample(size_t n)
+{
+    uint64_t now = mono_ms();
+    int64_t since = __atomic_sub_fetch(&moved, (int64_t)n, __ATOMIC_RELAXED);
+    uint64_t free_bytes;
+    if (now != __atomic_load_n(&read_ms, __ATOMIC_RELAXED)) {
+        free_bytes = read_held(now);
+    } else {
+        int64_t est = (int64_t)__atomic_load_n(&read_free, __ATOMIC_RELAXED) + since;
+        free_bytes = est > 0 ? (uint64_t)est : 0;
+    }
     if (!decay_lock_try())
         return;
-    uint64_t now = mono_ms();
     decay_start(now);
     fa_decay_observe(&decay, now, free_bytes);
     fa_decay_observe(&active, now, free_bytes);
@@ -344,7 +375,7 @@ uint64_t fa_release_tick(uint64_t now)
     int saved = errno;
     uint64_t keep = keep_bytes(), delay = delay_ms();
     __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
-    uint64_t held = fa_tc_prop("tcmalloc.pageheap_free_bytes");
+    uint64_t held = read_held(now);
     bool busy_heap = false;
     decay_lock_take();
     decay_start(now);
@@ -438,7 +469,7 @@ void fa_release_on_alloc(void *p, size_t n)
                                                           __ATOMIC_RELAXED));
     if (delay_ms()) {
         int saved = errno;
-        sample();
+        sample(n);
         if (__atomic_load_n(&background, __ATOMIC_RELAXED) == BG_CALLS)
             tick_inline();
         errno = saved;
@@ -447,6 +478,7 @@ void fa_release_on_alloc(void *p, size_t n)
 
 void fa_release_on_free(size_t n, bool may_start)
 {
+    __atomic_add_fetch(&moved, (int64_t)n, __ATOMIC_RELAXED);
     uint64_t threshold = keep_bytes();
     if (__atomic_add_fetch(&shrink, n, __ATOMIC_RELAXED) <= threshold)
         return;
@@ -587,6 +619,8 @@ static void reset_child(void)
     decay_ready = 0;
     last_alloc_ms = prev_alloc_ms = 0;
     polled_held = 0;
+    read_ms = 0;
+    moved = 0;
     /* The child learns its own holds (a worker rarely reuses its parent's
      * working set). */
     busy_l.factor = busy_l.min;
