@@ -88,6 +88,7 @@ PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
 PROMPT_BUSY_CHANGES = ("6", "10")  # back to back: the next prompt follows at once
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
+CALLOC_ARRAYS = ("--arrays", "8", "--mib", "32")  # the README's figure: 8 numpy.zeros arrays of 32 MiB
 DEVICE_PAIRS = (200_000, 1_000_000)  # cudaMalloc+cudaFree pairs per thread
 DEVICE_METRICS = (
     ("ns_per_pair", "ns/pair", 1),
@@ -200,6 +201,19 @@ WORKLOADS = (
             ("anon_gap_median", "MB anon between prompts", 1 / MB),
         ),
         needs_module="torch",
+    ),
+    Workload(
+        "calloc-sparse",
+        "8 numpy.zeros arrays of 32 MiB, one value set per 32 KiB, then (a fresh process) written whole",
+        "calloc_sparse.py",
+        CALLOC_ARRAYS,
+        metrics=(
+            ("sparse_ms", "ms sparse", 1),
+            ("sparse_anon", "MB anon sparse", 1 / MB),
+            ("whole_ms", "ms whole", 1),
+            ("whole_anon", "MB anon whole", 1 / MB),
+        ),
+        needs_module="numpy",
     ),
     Workload("python", "CPython json/str/dict churn, pymalloc", "python_alloc.py", (PYTHON_ROUNDS,)),
     Workload(
