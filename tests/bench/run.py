@@ -88,6 +88,8 @@ PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
 PROMPT_BUSY_CHANGES = ("6", "10")  # back to back: the next prompt follows at once
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
+CALLOC_ARRAYS = ("--arrays", "8", "--mib", "32")  # the README's figure: 8 numpy.zeros arrays of 32 MiB
+IMPORT_SLEEP_S = "8"
 DEVICE_PAIRS = (200_000, 1_000_000)  # cudaMalloc+cudaFree pairs per thread
 DEVICE_METRICS = (
     ("ns_per_pair", "ns/pair", 1),
@@ -108,6 +110,7 @@ class Workload:
     allocators: tuple = ()  # names to run under; () = the standard set
     metrics: tuple = ()  # (JSON key, unit, scale) shown in the table
     needs_module: str = ""  # Python module without which the workload is skipped
+    quick: bool = True  # False: left out of --quick unless named with --only
 
 
 STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
@@ -200,6 +203,28 @@ WORKLOADS = (
             ("anon_gap_median", "MB anon between prompts", 1 / MB),
         ),
         needs_module="torch",
+    ),
+    Workload(
+        "calloc-sparse",
+        "8 numpy.zeros arrays of 32 MiB, one value set per 32 KiB, then (a fresh process) written whole",
+        "calloc_sparse.py",
+        CALLOC_ARRAYS,
+        metrics=(
+            ("sparse_ms", "ms sparse", 1),
+            ("sparse_anon", "MB anon sparse", 1 / MB),
+            ("whole_ms", "ms whole", 1),
+            ("whole_anon", "MB anon whole", 1 / MB),
+        ),
+        needs_module="numpy",
+    ),
+    Workload(
+        "import-torch",
+        f"import torch, then {IMPORT_SLEEP_S} s asleep without an allocator call: RssAnon",
+        "import_torch.py",
+        (IMPORT_SLEEP_S,),
+        metrics=(("import_s", "s import", 1), ("anon_settled", "MB anon settled", 1 / MB)),
+        needs_module="torch",
+        quick=False,  # 8 s asleep per run: about 2 minutes for the standard set even at --reps 1
     ),
     Workload("python", "CPython json/str/dict churn, pymalloc", "python_alloc.py", (PYTHON_ROUNDS,)),
     Workload(
@@ -625,6 +650,9 @@ def main():
                 continue
             if not names:
                 print(f"note: {workload.name}: none of its allocators selected, skipped")
+                continue
+            if args.quick and not workload.quick and not args.only:
+                print(f"note: {workload.name}: left out of --quick (name it with --only to run it)")
                 continue
             if not workload.program.endswith(".py") and not os.path.exists(os.path.join(bin_dir, workload.program)):
                 continue  # its build was skipped, with a note above
