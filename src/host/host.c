@@ -33,6 +33,7 @@
 #include "../core/fmt.h"
 #include "../stats/snapshot.h"
 #include "../stats/stats.h"
+#include "grown.h"
 #include "loader.h"
 #include "release.h"
 #include "served.h"
@@ -336,6 +337,10 @@ static inline void tc_delete_any(void *p, size_t size, size_t align)
 static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, size_t align, void *caller)
 {
     size_t n = fa_release_forget(p);
+    if (n & FA_RELEASE_MAPPED) {
+        fa_grown_free(p, n & ~FA_RELEASE_MAPPED); /* a block realloc grew (grown.h) */
+        return;
+    }
     tc_delete_any(p, size, align);
     if (n)
         fa_release_on_free(n, !fa_from_loader(caller));
@@ -401,6 +406,33 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
     return tc_calloc(n, size);
 }
 
+/* A large block is done with: its report and huge pages, as large_done
+ * gives a new one, for a block the table already holds. */
+static void *large_kept(void *q, size_t n, const char *fn, void *caller)
+{
+    if (report_size && n >= report_size)
+        report_large(n, fn, caller);
+    if (n >= FA_HUGEPAGE_MIN && fa_opt_u64(FA_OPT_HUGEPAGES))
+        fa_release_advise_huge(q, n);
+    return q;
+}
+
+/* realloc of a block realloc grew before (grown.h): resized by the
+ * kernel; realloc(p, 0) frees it. */
+static __attribute__((noinline)) void *realloc_grown(void *p, size_t old, size_t n, const char *fn, void *caller)
+{
+    if (n == 0) {
+        fa_release_forget(p);
+        fa_grown_free(p, old);
+        return NULL;
+    }
+    bool to_tc;
+    void *q = fa_grown_realloc(p, old, n, &to_tc);
+    if (!q)
+        return NULL;
+    return to_tc ? AFTER_ALLOC(q, n, fn, caller) : large_kept(q, n, fn, caller);
+}
+
 static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
 {
     /* realloc(NULL, n) allocates; realloc(p, 0) frees, as glibc's.  A large
@@ -409,9 +441,25 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
      * in place (tcmalloc keeps a block whose span the new size fits, down
      * to about half of it), p still holds its whole span: nothing was freed
      * or allocated, it stays remembered (at the larger size), and its free
-     * is the one that counts. */
+     * is the one that counts.  Grown to FA_GROWN_MIN or more beyond its
+     * span, it leaves tcmalloc for a mapping of its own (grown.h). */
     HOST_READY();
-    size_t old = maybe_large(p) ? fa_release_forget(p) : 0;
+    size_t old = 0;
+    if (maybe_large(p)) {
+        size_t held = fa_release_lookup(p);
+        if (held & FA_RELEASE_MAPPED)
+            return realloc_grown(p, held & ~FA_RELEASE_MAPPED, n, fn, caller);
+        old = fa_release_forget(p);
+    }
+    if (old && n >= FA_GROWN_MIN && n > old) {
+        size_t cap = tc_malloc_size(p);
+        void *q = n > cap ? fa_grown_adopt(p, cap, n) : NULL;
+        if (q) {
+            tc_free(p);
+            fa_release_on_free(old, !fa_from_loader(caller));
+            return large_kept(q, n, fn, caller);
+        }
+    }
     void *q = tc_realloc(p, n);
     if (old) {
         if (q == p) {
@@ -599,7 +647,17 @@ void *fa_host_pvalloc(size_t n, void *caller)
     return AFTER_ALLOC(p, rounded, "pvalloc", caller);
 }
 
-size_t fa_host_usable_size(void *p) { return p ? tc_malloc_size(p) : 0; }
+size_t fa_host_usable_size(void *p)
+{
+    if (!p)
+        return 0;
+    if (maybe_large(p)) {
+        size_t held = fa_release_lookup(p);
+        if (held & FA_RELEASE_MAPPED)
+            return fa_grown_usable(held & ~FA_RELEASE_MAPPED);
+    }
+    return tc_malloc_size(p);
+}
 
 /* ---- operator new / delete ------------------------------------------------ */
 
@@ -677,6 +735,7 @@ void fa_host_mallinfo2(struct mallinfo2 *m)
     m->fordblks = pfree + cached;                /* free, kept by tcmalloc */
     m->fsmblks = cached;                         /* free small objects in caches */
     m->keepcost = pfree;                         /* what malloc_trim could return */
+    m->hblkhd = fa_grown_bytes();                /* blocks realloc grew, mapped apart as glibc's mmapped chunks */
 }
 
 int fa_host_trim(size_t pad)
@@ -748,6 +807,7 @@ void fa_host_fill(fa_snapshot *s)
         s->released_bytes += s->released_by[i];
     s->release_background = fa_release_in_background();
     s->release_hold_ms = fa_release_hold_ms();
+    s->grown_bytes = fa_grown_bytes();
     s->release_rate = &fa_tc_release_rate ? fa_tc_release_rate : -1.0;
     if (s->in_signal) {
         uint64_t when = 0;

@@ -59,7 +59,7 @@ static large_slot *get_table(int level)
     return (large_slot *)m;
 }
 
-static void remember(void *p, size_t n)
+static bool insert(void *p, size_t n)
 {
     __atomic_store_n(&fa_release_seen_large, 1, __ATOMIC_RELAXED);
     for (int level = 0; level < LEVELS; level++) {
@@ -72,29 +72,59 @@ static void remember(void *p, size_t n)
             if (__atomic_compare_exchange_n(&t[i].p, &empty, (uintptr_t)p, false, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED)) {
                 __atomic_store_n(&t[i].n, n, __ATOMIC_RELEASE);
-                return;
+                return true;
             }
         }
     }
-    __atomic_fetch_add(&untracked, 1, __ATOMIC_RELAXED);
+    return false;
+}
+
+static void remember(void *p, size_t n)
+{
+    if (!insert(p, n))
+        __atomic_fetch_add(&untracked, 1, __ATOMIC_RELAXED);
 }
 
 void fa_release_remember(void *p, size_t n) { remember(p, n); }
 
-size_t fa_release_forget(void *p)
+bool fa_release_remember_mapped(void *p, size_t n) { return insert(p, n | FA_RELEASE_MAPPED); }
+
+/* The slot holding p, or NULL. */
+static large_slot *find(const void *p)
 {
     for (int level = 0; level < LEVELS; level++) {
         large_slot *t = __atomic_load_n(&tables[level], __ATOMIC_ACQUIRE);
         if (!t)
-            break; /* a level is mapped only after the one before it */
+            break;
         size_t mask = ((size_t)1 << level_bits[level]) - 1, i = slot_of((uintptr_t)p, level_bits[level]);
-        for (int k = 0; k < PROBES; k++, i = (i + 1) & mask) {
-            if (__atomic_load_n(&t[i].p, __ATOMIC_ACQUIRE) != (uintptr_t)p)
-                continue;
-            size_t n = __atomic_load_n(&t[i].n, __ATOMIC_ACQUIRE);
-            __atomic_store_n(&t[i].p, 0, __ATOMIC_RELEASE); /* a block is freed once */
-            return n;
-        }
+        for (int k = 0; k < PROBES; k++, i = (i + 1) & mask)
+            if (__atomic_load_n(&t[i].p, __ATOMIC_ACQUIRE) == (uintptr_t)p)
+                return &t[i];
+    }
+    return NULL;
+}
+
+size_t fa_release_lookup(const void *p)
+{
+    large_slot *s = find(p);
+    return s ? __atomic_load_n(&s->n, __ATOMIC_ACQUIRE) : 0;
+}
+
+bool fa_release_resize(const void *p, size_t n)
+{
+    large_slot *s = find(p);
+    if (s)
+        __atomic_store_n(&s->n, n, __ATOMIC_RELEASE);
+    return s != NULL;
+}
+
+size_t fa_release_forget(void *p)
+{
+    large_slot *s = find(p);
+    if (s) {
+        size_t n = __atomic_load_n(&s->n, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&s->p, 0, __ATOMIC_RELEASE); /* a block is freed once */
+        return n;
     }
     if (__atomic_load_n(&untracked, __ATOMIC_RELAXED) == 0)
         return 0;

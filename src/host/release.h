@@ -32,12 +32,24 @@
  * its free is recognised without asking tcmalloc, and move the policy. */
 void fa_release_on_alloc(void *p, size_t n);
 /* p is being freed: if it is a remembered large block, forget it and
- * return its size (0 otherwise).  Call fa_release_on_free(size) after the
+ * return its size, with FA_RELEASE_MAPPED set for a block in a mapping of
+ * its own (0 otherwise).  Call fa_release_on_free(size) after the
  * block went back to tcmalloc. */
 size_t fa_release_forget(void *p);
 /* Put back a block fa_release_forget took out (a realloc that failed, or
  * one that shrank it in place below FA_RELEASE_MIN). */
 void fa_release_remember(void *p, size_t n);
+/* A block of n bytes in a mapping of its own (grown.h), not tcmalloc's:
+ * the table holds n | FA_RELEASE_MAPPED, and fa_release_forget and
+ * fa_release_lookup return it so.  Returns false where the table has no
+ * slot for p (the block must then stay tcmalloc's). */
+#define FA_RELEASE_MAPPED ((size_t)1 << 63)
+bool fa_release_remember_mapped(void *p, size_t n);
+/* What the table holds for p (0: not a remembered block); p stays in it. */
+size_t fa_release_lookup(const void *p);
+/* The remembered block p now holds n (flag included); false if p is not
+ * remembered. */
+bool fa_release_resize(const void *p, size_t n);
 /* may_start: false where this call must not start the background thread
  * (a free by the dynamic loader, loader.h); the policy then runs on this
  * call and the thread starts at the next allocation. */

@@ -101,6 +101,8 @@ enum fa_field_metric {
       "free memory unused this long while no large allocation is made goes back to the OS")                      \
     X("release.background", FA_FLAG, FA_NO_METRIC, 1, s->release_background,                                    \
       "the background thread runs the release policy")                                                           \
+    X("grown_bytes", FA_GAUGE, FA_METRIC, 1, s->grown_bytes,                                                      \
+      "blocks realloc grew past 4 MiB, in mappings of their own outside tcmalloc (resized with mremap)")          \
     X("thread_records", FA_COUNTER, FA_NO_METRIC, 1, s->stat_records,                                           \
       "per-thread count records ever made (bounded by the peak number of live threads)")
 
@@ -189,6 +191,7 @@ typedef struct fa_snapshot {
     uint64_t released_by[FA_REL_COUNT]; /* released_bytes by reason */
     bool release_background;            /* the background thread runs the policy */
     uint64_t release_hold_ms;           /* free memory unused this long goes back (0: at once) */
+    uint64_t grown_bytes;               /* mappings of blocks realloc grew (grown.h) */
     bool in_signal;     /* taken in a signal handler: tcmalloc is not called */
     bool tc_valid;      /* false when no copy of tcmalloc's numbers was available */
     uint64_t tc_age_ms; /* age of that copy (0: read now) */

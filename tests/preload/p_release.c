@@ -31,6 +31,10 @@
  *   p_release realloc  two 8 MB blocks, a realloc of one that fails, both
  *                      freed: prints "releases N" (the failed realloc must
  *                      leave the block known to the release policy)
+ *   p_release grow     a buffer grown by realloc to 512 MiB, its bytes
+ *                      checked: "peak_mb N final_mb N grown_mb N"; shrunk,
+ *                      grown, resized and freed by a forked child, freed:
+ *                      "grown_mb_after_free N"
  *   p_release forkrel N  N rounds of: 160 MB freed (the background thread
  *                      releasing), fork at varying moments, the child
  *                      allocates and exits; exit 1 if a child hangs
@@ -69,6 +73,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +131,70 @@ static int failures;
             failures++;                                                           \
         }                                                                         \
     } while (0)
+
+/* One byte per 4 KiB page, from the page's number. */
+static bool pattern_ok(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i += 4096)
+        if (p[i] != (unsigned char)(i / 4096 * 7 + 1))
+            return false;
+    return true;
+}
+static void pattern(unsigned char *p, size_t from, size_t to)
+{
+    for (size_t i = (from + 4095) & ~(size_t)4095; i < to; i += 4096)
+        p[i] = (unsigned char)(i / 4096 * 7 + 1);
+}
+
+/* A buffer grown by realloc from 64 KiB, 1.5x a step, to 512 MiB, the new
+ * bytes written each step; shrunk, grown again, and used across a fork. */
+static int grow(void)
+{
+    size_t n = 0, top = 512 * MB;
+    unsigned char *p = NULL;
+    while (n < top) {
+        size_t m = n ? n + n / 2 : 64 * 1024;
+        if (m > top)
+            m = top;
+        unsigned char *q = realloc(p, m);
+        CHECK(q != NULL);
+        if (!q)
+            return failures;
+        p = q;
+        pattern(p, n, m);
+        n = m;
+    }
+    CHECK(pattern_ok(p, n));
+    CHECK(malloc_usable_size(p) >= n);
+    long peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &peak) == 1)
+            peak /= 1024;
+    if (f)
+        fclose(f);
+    printf("peak_mb %ld final_mb %zu grown_mb %llu\n", peak, n / MB,
+           (unsigned long long)(stat_of("host.grown_bytes") / MB));
+    p = realloc(p, 3 * MB + 5); /* shrunk: the first bytes stay */
+    CHECK(p && pattern_ok(p, 3 * MB));
+    p = realloc(p, 40 * MB);
+    CHECK(p && pattern_ok(p, 3 * MB));
+    pid_t pid = fork();
+    if (pid == 0) { /* the child's copy is its own to resize and free */
+        unsigned char *c = realloc(p, 80 * MB);
+        int ok = c && pattern_ok(c, 3 * MB);
+        free(c);
+        _exit(ok ? 0 : 1);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(pattern_ok(p, 3 * MB));
+    free(p);
+    printf("grown_mb_after_free %llu\n", (unsigned long long)(stat_of("host.grown_bytes") / MB));
+    return failures;
+}
 
 static int intro(void)
 {
@@ -328,6 +397,8 @@ int main(int argc, char **argv)
         printf("releases %llu\n", (unsigned long long)(stat_of("host.releases") - before));
         return failures;
     }
+    if (strcmp(mode, "grow") == 0)
+        return grow();
     if (strcmp(mode, "forkrel") == 0) {
         for (int round = 0; round < (int)arg; round++) {
             free_burst(40);
@@ -556,7 +627,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "intro") == 0)
         return intro() ? 1 : 0;
-    fprintf(stderr, "usage: p_release burst|fork|calls|hold|need|realloc|forkrel|threads|retire|churn16|prompt|"
+    fprintf(stderr, "usage: p_release burst|fork|calls|hold|need|realloc|grow|forkrel|threads|retire|churn16|prompt|"
                     "churn|tlsjoin|errno|twice|inherit|apierrno|intro (see the comment at the top)\n");
     return 2;
 }

@@ -425,6 +425,24 @@ def case_release_realloc():
     check(releases >= 1, "16 MB of large frees past a 12 MB threshold made no return: a block was lost")
 
 
+def case_release_grow():
+    """A buffer grown by realloc to 512 MiB leaves tcmalloc for a mapping of
+    its own and grows there with mremap: its bytes are kept, the peak RSS
+    stays near its final size (plain tcmalloc's copies peak at about 2.5x
+    it), host.grown_bytes counts it while it lives and nothing after its
+    free; shrunk, grown again and resized by a forked child, it keeps its
+    bytes."""
+    r = run([prog("p_release"), "grow"], env=base_env())
+    check(r.returncode == 0, r.stdout + r.stderr)
+    m = re.search(r"peak_mb (\d+) final_mb (\d+) grown_mb (\d+)", r.stdout)
+    check(m, r.stdout)
+    peak, final, grown = (int(x) for x in m.groups())
+    print(f"peak {peak} MB for a {final} MB buffer, grown_bytes {grown} MB")
+    check(grown == final, f"host.grown_bytes says {grown} MB for a {final} MB grown buffer")
+    check(peak <= final * 1.25 + 64, f"peak RSS {peak} MB for a {final} MB buffer: the copies stayed")
+    check("grown_mb_after_free 0" in r.stdout, r.stdout)
+
+
 def case_release_fork():
     """Parent and child both settle after fork: the child starts its own
     background thread when it needs one."""

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../../src/core/options.h"
+#include "../../src/host/grown.h"
 #include "../../src/host/host.h"
 #include "../../src/host/release.h"
 
@@ -86,6 +87,35 @@ void tc_delete(void *p) { give_back(p); }
 void tc_delete_sized(void *p, size_t n) { (void)n, give_back(p); }
 void tc_delete_aligned(void *p, size_t align) { (void)align, give_back(p); }
 void tc_delete_sized_aligned(void *p, size_t n, size_t align) { (void)n, (void)align, give_back(p); }
+
+/* ---- a stand-in for grown.c (tested on real mappings in test_grown) --- */
+
+/* Off unless a test turns it on: growth then stays tcmalloc's, as the
+ * other tests expect.  Grown blocks get made-up addresses of their own. */
+static bool grown_on;
+static uintptr_t grown_next = (uintptr_t)1 << 42;
+static int grown_frees, grown_reallocs;
+
+void *fa_grown_adopt(const void *p, size_t keep, size_t n)
+{
+    (void)p, (void)keep;
+    if (!grown_on)
+        return NULL;
+    void *q = (void *)grown_next;
+    grown_next += (uintptr_t)1 << 32;
+    return fa_release_remember_mapped(q, n) ? q : NULL;
+}
+void *fa_grown_realloc(void *p, size_t old, size_t n, bool *to_tc)
+{
+    (void)old;
+    *to_tc = false;
+    grown_reallocs++;
+    fa_release_resize(p, n | FA_RELEASE_MAPPED); /* resized in place */
+    return p;
+}
+void fa_grown_free(void *p, size_t n) { (void)p, (void)n, grown_frees++; }
+size_t fa_grown_usable(size_t n) { return (n + 4095) & ~(size_t)4095; }
+uint64_t fa_grown_bytes(void) { return 0; }
 
 /* Blocks the many-blocks tests remember directly, with a size that follows
  * from the address, so tc_malloc_size can answer for them too.  It counts
@@ -210,6 +240,48 @@ static void test_failure(void **state)
     assert_int_equal(errno, ENOMEM);
     assert_non_null(find((uintptr_t)p));
     assert_int_equal(table_take(p), 2 * MB);
+}
+
+/* Grown beyond its span to FA_GROWN_MIN or more, a block leaves tcmalloc
+ * (its span freed there) for a mapping the table marks; realloc, usable
+ * size, free and delete of it reach grown.c, never tcmalloc.  Smaller
+ * growth and growth within the span stay tcmalloc's. */
+static void test_grown_paths(void **state)
+{
+    (void)state;
+    grown_on = true;
+    grown_frees = grown_reallocs = 0;
+    void *p = fa_host_malloc(2 * MB, NULL);
+    void *w = fa_host_malloc(6 * MB + 1, NULL); /* within its span: in place, tcmalloc's */
+    assert_ptr_equal(fa_host_realloc(w, 6 * MB + PAGE, NULL), w);
+    assert_int_equal(fa_release_lookup(w), 6 * MB + PAGE);
+    void *t = fa_host_realloc(p, FA_GROWN_MIN - PAGE, NULL); /* below the size: tcmalloc moves it */
+    assert_true(t != p && find((uintptr_t)t) != NULL);
+    assert_int_equal(fa_release_lookup(t), FA_GROWN_MIN - PAGE);
+    void *q = fa_host_realloc(t, 8 * MB, NULL);
+    assert_true((uintptr_t)q >= ((uintptr_t)1 << 42));
+    assert_null(find((uintptr_t)t)); /* tcmalloc's span went back */
+    assert_int_equal(fa_release_lookup(q), 8 * MB | FA_RELEASE_MAPPED);
+    assert_int_equal(fa_host_usable_size(q), 8 * MB);
+    assert_ptr_equal(fa_host_realloc(q, 12 * MB, NULL), q);
+    assert_int_equal(grown_reallocs, 1);
+    assert_int_equal(fa_release_lookup(q), 12 * MB | FA_RELEASE_MAPPED);
+    fa_host_free(q, NULL);
+    fa_host_free(w, NULL);
+    assert_int_equal(grown_frees, 1);
+    assert_int_equal(fa_release_lookup(q), 0);
+    /* delete of one (a mismatch programs make) and realloc(q, 0) too */
+    void *d = fa_host_malloc(300 * KB, NULL); /* takes the span w left, so the next blocks are new */
+    q = fa_host_realloc(fa_host_malloc(1 * MB, NULL), 5 * MB, NULL);
+    assert_int_equal(fa_release_lookup(q), 5 * MB | FA_RELEASE_MAPPED);
+    fa_host_delete(q, 0, 0);
+    assert_int_equal(grown_frees, 2);
+    q = fa_host_realloc(fa_host_malloc(1 * MB, NULL), 5 * MB, NULL);
+    assert_null(fa_host_realloc(q, 0, NULL));
+    assert_int_equal(grown_frees, 3);
+    assert_int_equal(fa_release_lookup(q), 0);
+    fa_host_free(d, NULL);
+    grown_on = false;
 }
 
 /* realloc(p, 0) frees p, as glibc's. */
@@ -402,6 +474,7 @@ int main(void)
         cmocka_unit_test_setup(test_move, setup),
         cmocka_unit_test_setup(test_failure, setup),
         cmocka_unit_test_setup(test_size_zero_frees, setup),
+        cmocka_unit_test_setup(test_grown_paths, setup),
         cmocka_unit_test_setup(test_shrink_below_large, setup),
         cmocka_unit_test_setup(test_moved_address_reused_meanwhile, setup),
         cmocka_unit_test_setup(test_many_live_blocks, setup),
