@@ -102,7 +102,7 @@ enum fa_field_metric {
     X("release.background", FA_FLAG, FA_NO_METRIC, 1, s->release_background,                                    \
       "the background thread runs the release policy")                                                           \
     X("grown_bytes", FA_GAUGE, FA_METRIC, 1, s->grown_bytes,                                                      \
-      "blocks realloc grew past 4 MiB, in mappings of their own outside tcmalloc (resized with mremap)")          \
+      "blocks realloc grew past 4 MiB, in mappings of their own (resized with mremap, unmapped at free)")          \
     X("thread_records", FA_COUNTER, FA_NO_METRIC, 1, s->stat_records,                                           \
       "per-thread count records ever made (bounded by the peak number of live threads)")
 

@@ -88,6 +88,7 @@ PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
 PROMPT_BUSY_CHANGES = ("6", "10")  # back to back: the next prompt follows at once
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
+REALLOC_GROW_MIB = ("100", "500")  # a buffer grown to this size, three times
 CALLOC_ARRAYS = ("--arrays", "8", "--mib", "32")  # the README's figure: 8 numpy.zeros arrays of 32 MiB
 IMPORT_SLEEP_S = "8"
 DEVICE_PAIRS = (200_000, 1_000_000)  # cudaMalloc+cudaFree pairs per thread
@@ -203,6 +204,13 @@ WORKLOADS = (
             ("anon_gap_median", "MB anon between prompts", 1 / MB),
         ),
         needs_module="torch",
+    ),
+    Workload(
+        "realloc-grow",
+        "a bytearray grown in 1 MiB steps to 100/500 MiB, three times (realloc growth)",
+        "realloc_grow.py",
+        REALLOC_GROW_MIB,
+        metrics=(("s_per_round", "s/round", 1),),
     ),
     Workload(
         "calloc-sparse",
