@@ -61,7 +61,8 @@ static large_slot *get_table(int level)
 
 static bool insert(void *p, size_t n)
 {
-    __atomic_store_n(&fa_release_seen_large, 1, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&fa_release_seen_large, __ATOMIC_RELAXED)) /* no store to a line all threads read */
+        __atomic_store_n(&fa_release_seen_large, 1, __ATOMIC_RELAXED);
     for (int level = 0; level < LEVELS; level++) {
         large_slot *t = get_table(level);
         if (!t)
