@@ -26,16 +26,10 @@ import time
 
 import numpy
 
+from procstat import rss_anon_bytes
+
 STRIDE_BYTES = 32 << 10  # one value set per 32 KiB in the sparse case
 MIB = 1 << 20
-
-
-def rss_anon_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return -1
 
 
 def one_case(case, arrays, mib):

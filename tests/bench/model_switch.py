@@ -28,6 +28,8 @@ import time
 
 import torch
 
+from procstat import rss_anon_bytes
+
 # One repeating block of a UNet/transformer-like model: (shape, what it is).
 # fp32, so 4 bytes per element: 32 MiB, 4 MiB, 3.5 MiB, 1.25 MiB ... 256 B.
 BLOCK = (
@@ -48,14 +50,6 @@ MIB = 1 << 20
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_anon_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return -1
 
 
 def build_state_dict(index, target_bytes):
