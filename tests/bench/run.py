@@ -209,7 +209,7 @@ WORKLOADS = (
         "realloc-grow",
         "a bytearray grown in 1 MiB steps to 100/500 MiB, three times (realloc growth)",
         "realloc_grow.py",
-        REALLOC_GROW_MIB,
+        (REALLOC_GROW_MIB,),
         metrics=(("s_per_round", "s/round", 1),),
     ),
     Workload(
