@@ -76,19 +76,23 @@ void *fa_grown_realloc(void *p, size_t old, size_t n, bool *to_tc)
         return NULL;
     }
     int saved = errno;
-    /* In place: shrinking always works, growing where the addresses after
-     * the mapping are free. */
+    /* In place: shrinking works, growing where the addresses after the
+     * mapping are free and it is still one mapping (a program that
+     * changed the protection of part of it splits it). */
     if (to == from || sys_remap(p, from, to, 0, NULL) != MAP_FAILED) {
         errno = saved;
         fa_release_resize(p, n | FA_RELEASE_MAPPED);
         count(to > from ? to - from : 0, from > to ? from - to : 0);
         return p;
     }
-    /* Elsewhere: reserve the new range and its slot in the table first,
-     * then have the kernel move the pages there, so that a failure at any
-     * step leaves p as it was. */
+    /* Elsewhere: reserve the new range and its slot in the table first;
+     * a failure until then leaves p as it was. */
     void *q = sys_map(to);
-    if (q != MAP_FAILED && !fa_release_remember_mapped(q, n)) {
+    if (q == MAP_FAILED) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (!fa_release_remember_mapped(q, n)) {
         sys_unmap(q, to);
         errno = saved;
         /* No slot: a tcmalloc block instead, which the table need not hold. */
@@ -104,18 +108,28 @@ void *fa_grown_realloc(void *p, size_t old, size_t n, bool *to_tc)
         *to_tc = true;
         return t;
     }
-    if (q == MAP_FAILED || sys_remap(p, from, to, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
-        if (q != MAP_FAILED) {
-            fa_release_forget(q);
-            sys_unmap(q, to);
-        }
-        errno = ENOMEM;
-        return NULL;
+    /* p leaves the table before its addresses are given up: another
+     * thread's block may be mapped there at once.  The kernel moves the
+     * pages; where it cannot (p is several mappings), they are copied. */
+    fa_release_forget(p);
+    if (sys_remap(p, from, to, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
+        memcpy(q, p, from < to ? from : to);
+        sys_unmap(p, from);
     }
     errno = saved;
-    fa_release_forget(p); /* the kernel unmapped it */
     count(to, from);
     return q;
+}
+
+void fa_grown_advise_huge(void *p, size_t n)
+{
+    /* The whole mapping: advising part of it would split it in two or
+     * three, which mremap cannot resize. */
+    if (fa_release_thp_advised()) {
+        int saved = errno;
+        madvise(p, fa_grown_usable(n), MADV_HUGEPAGE);
+        errno = saved;
+    }
 }
 
 void fa_grown_free(void *p, size_t n)

@@ -30,10 +30,15 @@ void *fa_grown_adopt(const void *p, size_t keep, size_t n);
 /* realloc of the grown block p of `old` bytes (forgotten by the caller
  * only on success) to n > 0 bytes.  Returns the block, resized in place
  * or moved by the kernel, and remembered at its new size; NULL with errno
- * ENOMEM and p intact where it cannot grow.  Where the table has no slot
- * for a moved block, it becomes a tcmalloc block instead and *to_tc is
- * set (the caller counts it as a large allocation). */
+ * ENOMEM and p intact where no new range can be mapped (the old and the
+ * new one are mapped at once while it moves).  Where the table has no
+ * slot for a moved block, it becomes a tcmalloc block instead and *to_tc
+ * is set (the caller counts it as a large allocation). */
 void *fa_grown_realloc(void *p, size_t old, size_t n, bool *to_tc);
+/* Transparent huge pages for the whole mapping (FORGEALLOC_HUGEPAGES):
+ * advising part of it would split it, and a split mapping cannot be
+ * resized in place. */
+void fa_grown_advise_huge(void *p, size_t n);
 /* Unmap the grown block at p of n bytes (already forgotten). */
 void fa_grown_free(void *p, size_t n);
 /* Usable size of a grown block of n bytes: its mapping's length. */

@@ -406,14 +406,14 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
     return tc_calloc(n, size);
 }
 
-/* A large block is done with: its report and huge pages, as large_done
- * gives a new one, for a block the table already holds. */
-static void *large_kept(void *q, size_t n, const char *fn, void *caller)
+/* A grown block (grown.h) is done with: its report and huge pages, as
+ * large_done gives a new one, for a block the table already holds. */
+static void *grown_done(void *q, size_t n, const char *fn, void *caller)
 {
     if (report_size && n >= report_size)
         report_large(n, fn, caller);
     if (n >= FA_HUGEPAGE_MIN && fa_opt_u64(FA_OPT_HUGEPAGES))
-        fa_release_advise_huge(q, n);
+        fa_grown_advise_huge(q, n);
     return q;
 }
 
@@ -430,7 +430,7 @@ static __attribute__((noinline)) void *realloc_grown(void *p, size_t old, size_t
     void *q = fa_grown_realloc(p, old, n, &to_tc);
     if (!q)
         return NULL;
-    return to_tc ? AFTER_ALLOC(q, n, fn, caller) : large_kept(q, n, fn, caller);
+    return to_tc ? AFTER_ALLOC(q, n, fn, caller) : grown_done(q, n, fn, caller);
 }
 
 static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
@@ -457,7 +457,7 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
         if (q) {
             tc_free(p);
             fa_release_on_free(old, !fa_from_loader(caller));
-            return large_kept(q, n, fn, caller);
+            return grown_done(q, n, fn, caller);
         }
     }
     void *q = tc_realloc(p, n);

@@ -576,14 +576,19 @@ static int read_thp_mode(void)
     return strstr(buf, "[madvise]") ? 1 : 2;
 }
 
-void fa_release_advise_huge(void *p, size_t n)
+bool fa_release_thp_advised(void)
 {
     int mode = __atomic_load_n(&thp_mode, __ATOMIC_RELAXED);
     if (mode == 0) {
         mode = read_thp_mode();
         __atomic_store_n(&thp_mode, mode, __ATOMIC_RELAXED);
     }
-    if (mode != 1)
+    return mode == 1;
+}
+
+void fa_release_advise_huge(void *p, size_t n)
+{
+    if (!fa_release_thp_advised())
         return;
     const uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);

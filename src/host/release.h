@@ -100,6 +100,8 @@ static inline bool fa_release_tracking(void)
 /* Ask for transparent huge pages on the 2 MiB-aligned interior of a large
  * block (FORGEALLOC_HUGEPAGES), when the kernel's THP mode is "madvise". */
 void fa_release_advise_huge(void *p, size_t n);
+/* Whether the kernel's THP mode is "madvise" (huge pages only where asked). */
+bool fa_release_thp_advised(void);
 
 /* Return everything free (malloc_trim, forgealloc_release). */
 size_t fa_release_all(void);

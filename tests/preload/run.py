@@ -431,16 +431,20 @@ def case_release_grow():
     stays near its final size (plain tcmalloc's copies peak at about 2.5x
     it), host.grown_bytes counts it while it lives and nothing after its
     free; shrunk, grown again and resized by a forked child, it keeps its
-    bytes."""
-    r = run([prog("p_release"), "grow"], env=base_env())
-    check(r.returncode == 0, r.stdout + r.stderr)
-    m = re.search(r"peak_mb (\d+) final_mb (\d+) grown_mb (\d+)", r.stdout)
-    check(m, r.stdout)
-    peak, final, grown = (int(x) for x in m.groups())
-    print(f"peak {peak} MB for a {final} MB buffer, grown_bytes {grown} MB")
-    check(grown == final, f"host.grown_bytes says {grown} MB for a {final} MB grown buffer")
-    check(peak <= final * 1.25 + 64, f"peak RSS {peak} MB for a {final} MB buffer: the copies stayed")
-    check("grown_mb_after_free 0" in r.stdout, r.stdout)
+    bytes.  The same with FORGEALLOC_HUGEPAGES=1 (where the kernel's THP mode
+    is madvise), which must not split the mapping."""
+    for env in ({}, {"FORGEALLOC_HUGEPAGES": "1"}):  # huge pages asked for the whole mapping, never a part
+        r = run([prog("p_release"), "grow"], env=base_env(**env))
+        check(r.returncode == 0, f"{env}: {r.stdout} {r.stderr}")
+        m = re.search(r"peak_mb (\d+) final_mb (\d+) grown_mb (\d+)", r.stdout)
+        check(m, f"{env}: {r.stdout}")
+        if not m:
+            continue
+        peak, final, grown = (int(x) for x in m.groups())
+        print(f"{env}: peak {peak} MB for a {final} MB buffer, grown_bytes {grown} MB")
+        check(grown == final, f"{env}: host.grown_bytes says {grown} MB for a {final} MB grown buffer")
+        check(peak <= final * 1.25 + 64, f"{env}: peak RSS {peak} MB for a {final} MB buffer: the copies stayed")
+        check("grown_mb_after_free 0" in r.stdout, f"{env}: {r.stdout}")
 
 
 def case_release_fork():

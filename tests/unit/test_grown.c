@@ -4,8 +4,8 @@
  * by a move of the kernel's keeps them; shrinking stays in place; free
  * unmaps; and where the table has no slot for a moved block, it becomes a
  * tcmalloc block (here: the test's stand-in, glibc's malloc) with its
- * bytes.  tcmalloc is not linked: the test defines what release.c and
- * grown.c call of it. */
+ * bytes; a mapping split in pieces is copied instead of moved.  tcmalloc is
+ * not linked: the test defines what release.c and grown.c call of it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <setjmp.h>
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -43,6 +44,27 @@ void *tc_malloc(size_t n)
 }
 
 /* One byte per page, from the page's number. */
+/* grown.c's system calls pass through here (-Wl,--wrap=syscall): a move
+ * by the kernel records whether the block's old address had left the
+ * table before its pages went (another thread's block may be mapped
+ * there at once). */
+long __real_syscall(long number, ...);
+static int fixed_moves, moves_still_listed;
+long __wrap_syscall(long number, ...)
+{
+    va_list ap;
+    va_start(ap, number);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (number == SYS_mremap && (a[3] & MREMAP_FIXED)) {
+        fixed_moves++;
+        moves_still_listed += fa_release_lookup((void *)a[0]) != 0;
+    }
+    return __real_syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
     for (size_t i = 0; i < n; i += 4096)
@@ -105,6 +127,8 @@ static void test_grow_move_shrink_free(void **state)
     assert_false(mapped(r)); /* the old range went with the move */
     assert_true(mapped(wall));
     assert_int_equal(fa_release_lookup(r), 0);
+    assert_true(fixed_moves >= 1);
+    assert_int_equal(moves_still_listed, 0); /* out of the table before the kernel moved it */
     assert_int_equal(fa_release_lookup(m), 96 * MB | FA_RELEASE_MAPPED);
     assert_int_equal(fa_grown_bytes(), 96 * MB);
     munmap(wall, 4096);
@@ -121,6 +145,36 @@ static void test_grow_move_shrink_free(void **state)
     fa_grown_free(m, 3 * MB + 5);
     assert_int_equal(errno, EBADF);
     assert_false(mapped(m));
+    assert_int_equal(fa_grown_bytes(), 0);
+}
+
+/* A mapping the program split (mprotect on part of it, or huge pages
+ * asked for part of it) can be neither resized nor moved by mremap: a
+ * grown block in one is copied to its new mapping, with its bytes. */
+static void test_split_mapping(void **state)
+{
+    (void)state;
+    unsigned char *src = malloc(6 * MB);
+    fill(src, 6 * MB, 5);
+    unsigned char *q = fa_grown_adopt(src, 6 * MB, 6 * MB);
+    assert_non_null(q);
+    free(src);
+    assert_int_equal(mprotect(q + 2 * MB, 4096, PROT_READ), 0); /* three mappings now */
+    bool to_tc = true;
+    errno = EBADF;
+    unsigned char *r = fa_grown_realloc(q, 6 * MB, 20 * MB, &to_tc);
+    assert_int_equal(errno, EBADF);
+    assert_non_null(r);
+    assert_false(to_tc);
+    assert_true(same(r, 6 * MB, 5));
+    memset(r, 7, 20 * MB); /* all of it writable */
+    assert_int_equal(fa_release_lookup(r), 20 * MB | FA_RELEASE_MAPPED);
+    if (r != q) {
+        assert_int_equal(fa_release_lookup(q), 0);
+        assert_false(mapped(q + 2 * MB)); /* the old pieces went */
+    }
+    assert_int_equal(fa_release_forget(r), 20 * MB | FA_RELEASE_MAPPED);
+    fa_grown_free(r, 20 * MB);
     assert_int_equal(fa_grown_bytes(), 0);
 }
 
@@ -165,6 +219,7 @@ int main(void)
     fa_options_load(env);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grow_move_shrink_free),
+        cmocka_unit_test(test_split_mapping),
         cmocka_unit_test(test_table_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

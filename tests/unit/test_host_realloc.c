@@ -114,6 +114,7 @@ void *fa_grown_realloc(void *p, size_t old, size_t n, bool *to_tc)
     return p;
 }
 void fa_grown_free(void *p, size_t n) { (void)p, (void)n, grown_frees++; }
+void fa_grown_advise_huge(void *p, size_t n) { (void)p, (void)n; }
 size_t fa_grown_usable(size_t n) { return (n + 4095) & ~(size_t)4095; }
 uint64_t fa_grown_bytes(void) { return 0; }
 
