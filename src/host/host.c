@@ -525,6 +525,19 @@ static __attribute__((noinline)) void free_uncounted(void *p, void *caller)
     free_counted(p, caller);
 }
 
+void fa_host_free_sized(void *p, void *caller)
+{
+    /* Another allocator serves malloc without sized frees of its own
+     * (jemalloc 5.3 has none): its free gets the block, as glibc's
+     * free_sized hands it to free. */
+    void (*global)(void *) = free;
+    if (fa_free_self && global != fa_free_self) {
+        global(p);
+        return;
+    }
+    fa_host_free(p, caller);
+}
+
 void fa_host_free(void *p, void *caller)
 {
     fa_tstats *t = fa_tls_stats;

@@ -27,6 +27,10 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller);
 /* The library's own realloc, under a hidden name (override_libc.c; absent,
  * so NULL, where host.c is built without it, as in unit tests). */
 extern void *fa_realloc_self(void *p, size_t n) __attribute__((weak));
+extern void fa_free_self(void *p) __attribute__((weak));
+/* free_sized and free_aligned_sized (C23): a free, or where another
+ * allocator serves malloc without them, that allocator's free. */
+void fa_host_free_sized(void *p, void *caller);
 void fa_host_free(void *p, void *caller);
 void *fa_host_memalign(size_t align, size_t n, void *caller);
 void *fa_host_aligned_alloc(size_t align, size_t n, void *caller);

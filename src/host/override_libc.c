@@ -34,8 +34,8 @@ FA_EXPORT size_t malloc_usable_size(void *p) { return fa_host_usable_size(p); }
  * programs; C23's sized frees (the size is only a hint: freeing works
  * without it). */
 FA_EXPORT void cfree(void *p) { fa_host_free(p, FA_CALLER); }
-FA_EXPORT void free_sized(void *p, size_t size) { (void)size; fa_host_free(p, FA_CALLER); }
-FA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) { (void)align, (void)size; fa_host_free(p, FA_CALLER); }
+FA_EXPORT void free_sized(void *p, size_t size) { (void)size; fa_host_free_sized(p, FA_CALLER); }
+FA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) { (void)align, (void)size; fa_host_free_sized(p, FA_CALLER); }
 
 /* glibc's introspection, answered for tcmalloc. */
 FA_EXPORT struct mallinfo2 mallinfo2(void)
@@ -72,6 +72,8 @@ void *__libc_realloc(void *p, size_t n) FA_ALIAS(realloc);
 /* Our realloc by a name the loader never rebinds (host.h). */
 void *fa_realloc_self(void *p, size_t n) __attribute__((alias("realloc"), copy(realloc), visibility("hidden")));
 void __libc_free(void *p) FA_ALIAS(free);
+/* Our free by a name the loader never rebinds (host.h). */
+void fa_free_self(void *p) __attribute__((alias("free"), copy(free), visibility("hidden")));
 void __libc_cfree(void *p) FA_ALIAS(cfree);
 void *__libc_memalign(size_t align, size_t n) FA_ALIAS(memalign);
 void *__libc_valloc(size_t n) FA_ALIAS(valloc);

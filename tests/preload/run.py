@@ -1251,6 +1251,10 @@ def case_served_jemalloc_first():
                                                          P_EARLY_QUIET="1"))
     check(r.returncode == 0 and r.stderr == "p_early: constructor\np_early: main\n",
           f"reallocarray before forgealloc's constructor, jemalloc first: {r.returncode} {r.stderr[-300:]!r}")
+    # free_sized, which jemalloc does not define: jemalloc's free gets the block.
+    r = run([prog("p_large"), "--sized", "100", "64K", "1M"], preload=False,
+            env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_LOG="error"))
+    check(r.returncode == 0 and r.stderr == "", f"free_sized with jemalloc first: {r.returncode} {r.stderr[-300:]!r}")
     for fmt in ("text", "prometheus"):
         r = run([prog("p_large"), "1M"], preload=False,
                 env=base_env(LD_PRELOAD=f"{je} {ARGS.lib}", FORGEALLOC_STATS=fmt, FORGEALLOC_LOG="error"))
