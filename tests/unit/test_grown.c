@@ -148,17 +148,25 @@ static void test_grow_move_shrink_free(void **state)
     assert_int_equal(fa_grown_bytes(), 0);
 }
 
+/* A grown block of n bytes, its pages filled from seed (through a
+ * malloc'd block that stands for tcmalloc's). */
+static unsigned char *grown_filled(size_t n, unsigned seed)
+{
+    unsigned char *src = malloc(n);
+    fill(src, n, seed);
+    unsigned char *q = fa_grown_adopt(src, n, n);
+    assert_non_null(q);
+    free(src);
+    return q;
+}
+
 /* A mapping the program split (mprotect on part of it, or huge pages
  * asked for part of it) can be neither resized nor moved by mremap: a
  * grown block in one is copied to its new mapping, with its bytes. */
 static void test_split_mapping(void **state)
 {
     (void)state;
-    unsigned char *src = malloc(6 * MB);
-    fill(src, 6 * MB, 5);
-    unsigned char *q = fa_grown_adopt(src, 6 * MB, 6 * MB);
-    assert_non_null(q);
-    free(src);
+    unsigned char *q = grown_filled(6 * MB, 5);
     assert_int_equal(mprotect(q + 2 * MB, 4096, PROT_READ), 0); /* three mappings now */
     bool to_tc = true;
     errno = EBADF;
@@ -184,11 +192,7 @@ static void test_split_mapping(void **state)
 static void test_table_full(void **state)
 {
     (void)state;
-    unsigned char *src = malloc(4 * MB);
-    fill(src, 4 * MB, 3);
-    unsigned char *q = fa_grown_adopt(src, 4 * MB, 4 * MB);
-    assert_non_null(q);
-    free(src);
+    unsigned char *q = grown_filled(4 * MB, 3);
     void *wall = mmap(q + 4 * MB, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     assert_true(wall == q + 4 * MB);
     /* Fill every slot: made-up page addresses, far from any mapping. */
