@@ -680,6 +680,14 @@ static inline void *tc_new_any(size_t n, size_t align, bool nothrow)
 {
     if (align == 0)
         return nothrow ? tc_new_nothrow(n, &nothrow_tag) : tc_new(n);
+    /* An alignment that is not a power of two gets no block, as from
+     * libstdc++ (std::bad_alloc, or nullptr from the nothrow forms, and no
+     * new-handler); tcmalloc would return one. */
+    if (__builtin_expect(align & (align - 1), 0)) {
+        if (!nothrow && fa_host_cxx_bad_alloc)
+            fa_host_cxx_bad_alloc();
+        return NULL;
+    }
     return nothrow ? tc_new_aligned_nothrow(n, align, &nothrow_tag) : tc_new_aligned(n, align);
 }
 

@@ -28,6 +28,9 @@ void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller);
  * so NULL, where host.c is built without it, as in unit tests). */
 extern void *fa_realloc_self(void *p, size_t n) __attribute__((weak));
 extern void fa_free_self(void *p) __attribute__((weak));
+/* Throws std::bad_alloc (override_cxx.cc; absent, so NULL, where host.c is
+ * built without it, as in unit tests). */
+extern void fa_host_cxx_bad_alloc(void) __attribute__((weak, noreturn));
 /* free_sized and free_aligned_sized (C23): a free, or where another
  * allocator serves malloc without them, that allocator's free. */
 void fa_host_free_sized(void *p, void *caller);

@@ -46,6 +46,8 @@ template <typename F, typename... A> void *try_new(F f, A... a) noexcept
 
 #define REPLACED __builtin_expect(__atomic_load_n(&replaced, __ATOMIC_RELAXED), 0)
 
+extern "C" void fa_host_cxx_bad_alloc(void) { throw std::bad_alloc(); }
+
 extern "C" void fa_host_cxx_check(void)
 {
     static const char *const names[] = {"_Znwm",  "_Znam",  "_ZnwmSt11align_val_t",  "_ZnamSt11align_val_t",

@@ -92,6 +92,19 @@ int main()
         operator delete(p, std::align_val_t{align});
     }
 
+    // An alignment that is not a power of two: no block and no
+    // new-handler call, as from libstdc++ (std::bad_alloc, or nullptr).
+    CHECK(operator new(100, std::align_val_t{24}, std::nothrow) == nullptr);
+    CHECK(operator new[](100, std::align_val_t{3}, std::nothrow) == nullptr);
+    bool odd_threw = false;
+    try {
+        void *p = operator new(100, std::align_val_t{48});
+        operator delete(p, std::align_val_t{48});
+    } catch (const std::bad_alloc &) {
+        odd_threw = true;
+    }
+    CHECK(odd_threw);
+
     // New-handler: called until it gives up, then std::bad_alloc.
     reserve = std::malloc(1 << 20);
     std::set_new_handler(release_reserve_then_give_up);
