@@ -96,7 +96,7 @@ static large_slot *find(const void *p)
     for (int level = 0; level < LEVELS; level++) {
         large_slot *t = __atomic_load_n(&tables[level], __ATOMIC_ACQUIRE);
         if (!t)
-            break;
+            break; /* a level is mapped only after the one before it */
         size_t mask = ((size_t)1 << level_bits[level]) - 1, i = slot_of((uintptr_t)p, level_bits[level]);
         for (int k = 0; k < PROBES; k++, i = (i + 1) & mask)
             if (__atomic_load_n(&t[i].p, __ATOMIC_ACQUIRE) == (uintptr_t)p)
@@ -289,7 +289,6 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
     }
     return got;
 }
-
 
 /* tcmalloc's free bytes now, read from tcmalloc. */
 static uint64_t read_held(uint64_t now)
