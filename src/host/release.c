@@ -155,12 +155,52 @@ uint64_t fa_release_untracked(void) { return __atomic_load_n(&untracked, __ATOMI
 
 /* ---- the policy ------------------------------------------------------------ */
 
-/* Net bytes of large blocks freed since the background last looked (never
- * negative): what wakes it.  With FORGEALLOC_RELEASE_DELAY=0 it is the
- * whole policy: past the threshold, return free memory at once. */
-static uint64_t shrink;
 static int busy; /* a release is being decided */
 static uint64_t releases, by_reason[FA_REL_COUNT];
+
+/* What every large allocation and free reads or writes, on one cache line
+ * of its own: threads that churn large blocks pass one line between them,
+ * not five.
+ *
+ * shrink: net bytes of large blocks freed since the background last
+ * looked (never negative): what wakes it.  With FORGEALLOC_RELEASE_DELAY=0
+ * it is the whole policy: past the threshold, return free memory at once.
+ *
+ * read_free, moved: tcmalloc's free bytes as last read (at read_ms), and
+ * the large blocks freed minus those allocated since (bytes).  Reading the
+ * property costs about 270 instructions and tcmalloc's page-heap lock,
+ * more than a large malloc and free take together, so allocations read it
+ * at most once per tick of the coarse clock (1-4 ms); in between, a sample
+ * is the last reading moved by the large blocks since.  That is exact for
+ * them and misses only tcmalloc's own small-object spans; where a block
+ * grew the heap instead of taking free memory, it reads low, which keeps
+ * memory, never returns it.  Ticks read it always.
+ *
+ * sampled_ms, sampled_min: the tick of the coarse clock in which the
+ * allocations' samples were last recorded, and the lowest recorded in it.
+ * A later sample in that tick that is no lower changes nothing the window
+ * keeps (a slot's minimum), so it is not recorded: no lock, no store.
+ *
+ * last_alloc_ms, prev_alloc_ms: the two latest large allocations. */
+static struct {
+    uint64_t shrink;
+    int64_t moved;
+    uint64_t read_free, read_ms;
+    uint64_t sampled_ms, sampled_min;
+    uint64_t last_alloc_ms, prev_alloc_ms;
+} hot __attribute__((aligned(64)));
+
+/* A thread's large frees minus its large allocations (bytes) not yet added
+ * to hot.shrink and hot.moved: a thread that allocates and frees large
+ * blocks in turn (a buffer per step) would otherwise make four atomic
+ * additions to the shared line per block, each a round trip between cores
+ * and, after tcmalloc's own stores, a wait for them to drain.  The balance
+ * is published once it reaches BATCH bytes either way (less with a small
+ * threshold: an eighth of it, none at 0), so the policy sees every thread's
+ * blocks at most BATCH late; a thread that exits leaves at most that
+ * unseen, which the tick's own reading of tcmalloc covers. */
+#define BATCH ((int64_t)4 << 20)
+static __thread int64_t unpublished __attribute__((tls_model("initial-exec")));
 
 /* The window of free-memory minima.  Samplers on the allocating path only
  * try the lock: a sample lost to a tick in progress is covered by the
@@ -199,7 +239,6 @@ typedef struct {
 static learner busy_l = {BUSY_MIN, BUSY_MIN, BUSY_MAX, 0, 0, 0};
 static learner idle_l = {1, 1, IDLE_MAX, 0, 0, 0};
 static fa_decay active; /* the busy window; `decay` is the idle one */
-static uint64_t last_alloc_ms, prev_alloc_ms; /* the two latest large allocations */
 static uint64_t last_commit; /* tcmalloc's commit counter at the last tick */
 /* The idle spell an idle release cut into: from the last large allocation
  * before it to the first one after it (0: none yet). */
@@ -214,18 +253,6 @@ static int polling;    /* look at tcmalloc's numbers even without seeing frees *
 static uint64_t polled_held; /* free bytes at the last tick, while polling */
 static bool (*waker)(bool start);
 static void (*soon)(void);
-
-/* tcmalloc's free bytes as last read, and the large blocks freed minus
- * those allocated since (bytes).  Reading the property costs about 270
- * instructions and tcmalloc's page-heap lock, more than a large malloc
- * and free take together, so allocations read it at most once per tick of
- * the coarse clock (1-4 ms); in between, a sample is the last reading
- * moved by the large blocks since.  That is exact for them and misses
- * only tcmalloc's own small-object spans; where a block grew the heap
- * instead of taking free memory, it reads low, which keeps memory, never
- * returns it.  Ticks read it always. */
-static uint64_t read_free, read_ms;
-static int64_t moved;
 
 /* Returns released below this are not worth a system call. */
 #define STEP ((uint64_t)2 << 20)
@@ -247,6 +274,17 @@ static void decay_lock_take(void)
 }
 static bool decay_lock_try(void) { return !__atomic_exchange_n(&decay_lock, 1, __ATOMIC_ACQUIRE); }
 static void decay_lock_drop(void) { __atomic_store_n(&decay_lock, 0, __ATOMIC_RELEASE); }
+
+/* Pre: decay_lock held.  A large allocation happened at now. */
+static void allocated_at(uint64_t now)
+{
+    __atomic_store_n(&hot.prev_alloc_ms, hot.last_alloc_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.last_alloc_ms, now, __ATOMIC_RELAXED);
+}
+
+/* Pre: decay_lock held.  The windows changed other than by the
+ * allocations' samples: the next sample is recorded whatever its value. */
+static void windows_changed(void) { __atomic_store_n(&hot.sampled_ms, 0, __ATOMIC_RELAXED); }
 
 /* Pre: decay_lock held. */
 static void decay_start(uint64_t now)
@@ -279,12 +317,13 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
             break;
     }
     if (got) {
-        __atomic_store_n(&read_ms, 0, __ATOMIC_RELAXED); /* the next sample reads tcmalloc again */
+        __atomic_store_n(&hot.read_ms, 0, __ATOMIC_RELAXED); /* the next sample reads tcmalloc again */
         __atomic_fetch_add(&releases, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&by_reason[why], got, __ATOMIC_RELAXED);
         decay_lock_take();
         fa_decay_released(&decay, got);
         fa_decay_released(&active, got);
+        windows_changed();
         decay_lock_drop();
     }
     return got;
@@ -293,33 +332,41 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
 /* tcmalloc's free bytes now, read from tcmalloc. */
 static uint64_t read_held(uint64_t now)
 {
-    __atomic_store_n(&moved, 0, __ATOMIC_RELAXED); /* before the read: what comes after counts against it */
+    __atomic_store_n(&hot.moved, 0, __ATOMIC_RELAXED); /* before the read: what comes after counts against it */
     uint64_t v = fa_tc_prop("tcmalloc.pageheap_free_bytes");
-    __atomic_store_n(&read_free, v, __ATOMIC_RELAXED);
-    __atomic_store_n(&read_ms, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.read_free, v, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.read_ms, now, __ATOMIC_RELAXED);
     return v;
 }
 
-/* Sample the free bytes after a large allocation of n took some: the dips
- * are what the window remembers as demand. */
-static void sample(size_t n)
+/* Sample the free bytes after a large allocation took some: the dips are
+ * what the window remembers as demand. */
+static void sample(void)
 {
     uint64_t now = mono_ms();
-    int64_t since = __atomic_sub_fetch(&moved, (int64_t)n, __ATOMIC_RELAXED);
+    int64_t since = __atomic_load_n(&hot.moved, __ATOMIC_RELAXED) + unpublished;
     uint64_t free_bytes;
-    if (now != __atomic_load_n(&read_ms, __ATOMIC_RELAXED)) {
+    if (now != __atomic_load_n(&hot.read_ms, __ATOMIC_RELAXED)) {
         free_bytes = read_held(now);
     } else {
-        int64_t est = (int64_t)__atomic_load_n(&read_free, __ATOMIC_RELAXED) + since;
+        int64_t est = (int64_t)__atomic_load_n(&hot.read_free, __ATOMIC_RELAXED) + since;
         free_bytes = est > 0 ? (uint64_t)est : 0;
     }
+    /* Nothing to record: a sample of this tick no higher was, and both
+     * latest allocations are of this tick. */
+    if (now == __atomic_load_n(&hot.sampled_ms, __ATOMIC_RELAXED) &&
+        free_bytes >= __atomic_load_n(&hot.sampled_min, __ATOMIC_RELAXED) &&
+        now == __atomic_load_n(&hot.prev_alloc_ms, __ATOMIC_RELAXED))
+        return;
     if (!decay_lock_try())
         return;
     decay_start(now);
     fa_decay_observe(&decay, now, free_bytes);
     fa_decay_observe(&active, now, free_bytes);
-    prev_alloc_ms = last_alloc_ms;
-    last_alloc_ms = now;
+    if (hot.sampled_ms != now || free_bytes < hot.sampled_min)
+        __atomic_store_n(&hot.sampled_min, free_bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.sampled_ms, now, __ATOMIC_RELAXED);
+    allocated_at(now);
     if (idle_l.released && !spell_end_ms)
         spell_end_ms = now; /* the idle spell a release cut into ends */
     decay_lock_drop();
@@ -329,7 +376,7 @@ static void sample(size_t n)
  * shrinks past the threshold, down to half of it (hysteresis). */
 static void release_now(uint64_t threshold)
 {
-    __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.shrink, 0, __ATOMIC_RELAXED);
     size_t free_bytes = fa_tc_prop("tcmalloc.pageheap_free_bytes");
     if (free_bytes > threshold / 2)
         release_and_count(free_bytes - threshold / 2, FA_REL_threshold); /* retries tcmalloc's credit itself */
@@ -393,7 +440,7 @@ static void judge_release(bool busy_heap, uint64_t got, uint64_t now)
     l->released += got;
     l->until_ms = now + delay_ms() * (busy_heap ? l->factor : IDLE_MAX);
     if (!busy_heap) {
-        spell_begin_ms = last_alloc_ms;
+        spell_begin_ms = hot.last_alloc_ms;
         spell_end_ms = 0;
     }
 }
@@ -404,7 +451,7 @@ uint64_t fa_release_tick(uint64_t now)
         return now + 10; /* a caller is deciding right now; look again soon */
     int saved = errno;
     uint64_t keep = keep_bytes(), delay = delay_ms();
-    __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.shrink, 0, __ATOMIC_RELAXED);
     uint64_t held = read_held(now);
     bool busy_heap = false;
     decay_lock_take();
@@ -413,24 +460,24 @@ uint64_t fa_release_tick(uint64_t now)
     /* Without the calls (polling), a drop of the free bytes since the last
      * tick is the sign that large allocations go on. */
     if (__atomic_load_n(&polling, __ATOMIC_RELAXED) && held + STEP < polled_held) {
-        prev_alloc_ms = last_alloc_ms;
-        last_alloc_ms = now;
+        allocated_at(now);
     }
     polled_held = held;
     fa_decay_observe(&decay, now, held);
     fa_decay_observe(&active, now, held);
     /* Busy: two large allocations within the delay (one alone, such as the
      * call that runs this tick when there is no thread, is not a churn). */
-    busy_heap = prev_alloc_ms && now < prev_alloc_ms + delay;
+    busy_heap = hot.prev_alloc_ms && now < hot.prev_alloc_ms + delay;
     uint64_t idle = !delay ? held : busy_heap ? fa_decay_idle(&active) : fa_decay_idle(&decay);
     /* Quiet: no large allocation for the idle window and one delay more
      * (a WebUI between prompts).  The threshold kept for the next
      * allocation's sake goes too: the process settles as low as glibc with
      * malloc_trim. */
-    uint64_t last_alloc = last_alloc_ms, quiet = delay * (idle_l.factor + 1);
+    uint64_t last_alloc = hot.last_alloc_ms, quiet = delay * (idle_l.factor + 1);
     if (delay && now >= last_alloc + quiet)
         keep = 0;
     uint64_t next = fa_decay_next_ms(&decay);
+    windows_changed();
     decay_lock_drop();
 
     bool limited = false;
@@ -489,17 +536,27 @@ static void tick_inline(void)
     __atomic_store_n(&inline_due_ms, next ? next : now + 1, __ATOMIC_RELAXED);
 }
 
+/* The balance at which a thread publishes (see unpublished). */
+static int64_t batch(uint64_t threshold) { return threshold / 8 < (uint64_t)BATCH ? (int64_t)(threshold / 8) : BATCH; }
+
 void fa_release_on_alloc(void *p, size_t n)
 {
     remember(p, n);
-    uint64_t old = __atomic_load_n(&shrink, __ATOMIC_RELAXED), next;
-    do {
-        next = old > n ? old - n : 0;
-    } while (old != next && !__atomic_compare_exchange_n(&shrink, &old, next, true, __ATOMIC_RELAXED,
-                                                          __ATOMIC_RELAXED));
+    int64_t u = unpublished - (int64_t)n;
+    if (u > -batch(keep_bytes())) {
+        unpublished = u;
+    } else {
+        unpublished = 0;
+        __atomic_add_fetch(&hot.moved, u, __ATOMIC_RELAXED);
+        uint64_t took = (uint64_t)-u, old = __atomic_load_n(&hot.shrink, __ATOMIC_RELAXED), next;
+        do {
+            next = old > took ? old - took : 0;
+        } while (old != next && !__atomic_compare_exchange_n(&hot.shrink, &old, next, true, __ATOMIC_RELAXED,
+                                                              __ATOMIC_RELAXED));
+    }
     if (delay_ms()) {
         int saved = errno;
-        sample(n);
+        sample();
         if (__atomic_load_n(&background, __ATOMIC_RELAXED) == BG_CALLS)
             tick_inline();
         errno = saved;
@@ -508,9 +565,15 @@ void fa_release_on_alloc(void *p, size_t n)
 
 void fa_release_on_free(size_t n, bool may_start)
 {
-    __atomic_add_fetch(&moved, (int64_t)n, __ATOMIC_RELAXED);
     uint64_t threshold = keep_bytes();
-    if (__atomic_add_fetch(&shrink, n, __ATOMIC_RELAXED) <= threshold)
+    int64_t u = unpublished + (int64_t)n;
+    if (u < batch(threshold)) {
+        unpublished = u;
+        return;
+    }
+    unpublished = 0;
+    __atomic_add_fetch(&hot.moved, u, __ATOMIC_RELAXED);
+    if (__atomic_add_fetch(&hot.shrink, (uint64_t)u, __ATOMIC_RELAXED) <= threshold)
         return;
     int saved = errno; /* free() must keep errno; madvise may set it */
     if (delay_ms() == 0) {
@@ -614,7 +677,7 @@ static size_t release_everything(enum fa_release_reason why, bool wait)
         sched_yield();
     }
     size_t got = release_and_count(SIZE_MAX, why);
-    __atomic_store_n(&shrink, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.shrink, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
     return got;
@@ -646,16 +709,14 @@ bool fa_release_in_background(void)
  * yet.  The tables stay: the child inherits the parent's live blocks. */
 static void reset_child(void)
 {
-    shrink = 0;
+    memset(&hot, 0, sizeof hot);
+    unpublished = 0; /* the thread that forked: the child's only one */
     busy = 0;
     releases = 0;
     memset(by_reason, 0, sizeof by_reason);
     decay_lock = 0;
     decay_ready = 0;
-    last_alloc_ms = prev_alloc_ms = 0;
     polled_held = 0;
-    read_ms = 0;
-    moved = 0;
     /* The child learns its own holds (a worker rarely reuses its parent's
      * working set). */
     busy_l.factor = busy_l.min;

@@ -391,6 +391,42 @@ static void test_no_thread_falls_back_to_calls(void **state)
     large_free(base);
 }
 
+/* A thread's large frees reach the policy in batches of at most 4 MiB (an
+ * eighth of the threshold when that is less): with FORGEALLOC_RELEASE_DELAY=0
+ * the return comes once the frees pass the threshold, neither before nor
+ * more than a batch after; with a threshold of 0, at the first free. */
+static void test_frees_seen_in_batches(void **state)
+{
+    (void)state;
+    load("0", "32M");
+    uintptr_t base = (uintptr_t)9 << 44;
+    for (uintptr_t i = 0; i < 40; i++)
+        large_alloc(base + (i << 32), 1 * MB);
+    uint64_t calls = __atomic_load_n(&release_calls, __ATOMIC_RELAXED);
+    uintptr_t i = 0;
+    for (; i < 40 && __atomic_load_n(&release_calls, __ATOMIC_RELAXED) == calls; i++)
+        large_free(base + (i << 32));
+    assert_true(i > 32);     /* not before the threshold */
+    assert_true(i <= 32 + 4); /* at most a batch late */
+    while (i < 40)
+        large_free(base + (i++ << 32));
+    /* A small threshold batches less: an eighth of it. */
+    load("0", "4M");
+    for (i = 0; i < 8; i++)
+        large_alloc(base + (i << 32), 1 * MB);
+    calls = __atomic_load_n(&release_calls, __ATOMIC_RELAXED);
+    for (i = 0; i < 8 && __atomic_load_n(&release_calls, __ATOMIC_RELAXED) == calls; i++)
+        large_free(base + (i << 32));
+    assert_int_equal(i, 5); /* past 4 MiB: the fifth free, not a batch later */
+    while (i < 8)
+        large_free(base + (i++ << 32));
+    load("0", "0");
+    large_alloc(base, 1 * MB);
+    calls = __atomic_load_n(&release_calls, __ATOMIC_RELAXED);
+    large_free(base);
+    assert_true(__atomic_load_n(&release_calls, __ATOMIC_RELAXED) > calls);
+}
+
 /* What the policy learns stays for the process: the learning test runs in
  * a process of its own (`test_release_thread learn`). */
 int main(int argc, char **argv)
@@ -406,6 +442,12 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_retire_and_restart),
         };
         return cmocka_run_group_tests(retire, NULL, NULL);
+    }
+    if (argc > 1 && strcmp(argv[1], "batch") == 0) {
+        const struct CMUnitTest batch[] = {
+            cmocka_unit_test(test_frees_seen_in_batches),
+        };
+        return cmocka_run_group_tests(batch, NULL, NULL);
     }
     if (argc > 1 && strcmp(argv[1], "starting") == 0) {
         const struct CMUnitTest starting[] = {
