@@ -45,9 +45,7 @@
  * only), with their C ABI: std::align_val_t is a size_t and a
  * const std::nothrow_t& a pointer. */
 void *tc_new(size_t size);
-void *tc_new_nothrow(size_t size, const void *nothrow);
 void *tc_new_aligned(size_t size, size_t align);
-void *tc_new_aligned_nothrow(size_t size, size_t align, const void *nothrow);
 void tc_delete(void *p);
 void tc_delete_sized(void *p, size_t size);
 void tc_delete_aligned(void *p, size_t align);
@@ -61,7 +59,11 @@ extern double fa_tc_release_rate __asm__(
     "_ZN62FLAG__namespace_do_not_use_directly_use_DECLARE_double_instead27FLAGS_tcmalloc_release_rateE")
     __attribute__((weak));
 
-static const char nothrow_tag = 0; /* stands in for std::nothrow */
+/* glibc aligns every block to 16 bytes; tcmalloc's smallest size class
+ * (up to 8 bytes) only to 8.  Such a request takes the next class, which
+ * costs 16 bytes where glibc takes 32, and a sized delete names the same
+ * class (tcmalloc takes the size as the hint of the class). */
+static inline size_t tc_size(size_t n) { return n < 16 ? 16 : n; }
 
 /* 0 until initialised: every call then takes the slow path, which loads
  * the settings.  Afterwards min(report threshold, FA_RELEASE_MIN). */
@@ -326,9 +328,9 @@ static __attribute__((noinline)) void tc_cache_refresh(void)
 static inline void tc_delete_any(void *p, size_t size, size_t align)
 {
     if (align)
-        size ? tc_delete_sized_aligned(p, size, align) : tc_delete_aligned(p, align);
+        size ? tc_delete_sized_aligned(p, tc_size(size), align) : tc_delete_aligned(p, align);
     else
-        size ? tc_delete_sized(p, size) : tc_delete(p);
+        size ? tc_delete_sized(p, tc_size(size)) : tc_delete(p);
 }
 
 /* free or delete of a block that may be large: forget it before tcmalloc
@@ -360,13 +362,13 @@ static __attribute__((noinline)) void *malloc_slow(size_t n, void *caller)
     HOST_READY();
     if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_malloc, n)))
         tc_cache_refresh();
-    return AFTER_ALLOC(tc_malloc(n), n, "malloc", caller);
+    return AFTER_ALLOC(tc_malloc(tc_size(n)), n, "malloc", caller);
 }
 
 static __attribute__((noinline)) void *malloc_refresh(size_t n)
 {
     tc_cache_refresh();
-    return tc_malloc(n);
+    return tc_malloc(tc_size(n));
 }
 
 void *fa_host_malloc(size_t n, void *caller)
@@ -376,7 +378,7 @@ void *fa_host_malloc(size_t n, void *caller)
         return malloc_slow(n, caller);
     if (TC_CACHE_DUE(fa_stats_alloc_small_into(t, FA_CALL_malloc, n)))
         return malloc_refresh(n);
-    return tc_malloc(n);
+    return tc_malloc(tc_size(n));
 }
 
 /* tcmalloc's calloc clears the whole block, faulting in fresh memory that
@@ -403,7 +405,7 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
     fa_stats_alloc(FA_CALL_calloc, total);
     if (__builtin_expect(total >= slow_size, 0))
         return large_seen(calloc_large(total), total, "calloc", caller);
-    return tc_calloc(n, size);
+    return tc_calloc(1, tc_size(total));
 }
 
 /* A grown block (grown.h) is done with: its report and huge pages, as
@@ -460,7 +462,7 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
             return grown_done(q, n, fn, caller);
         }
     }
-    void *q = tc_realloc(p, n);
+    void *q = tc_realloc(p, n || !p ? tc_size(n) : 0); /* realloc(p, 0) frees */
     if (old) {
         if (q == p) {
             fa_release_remember(p, n > old ? n : old);
@@ -553,7 +555,7 @@ static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, voi
 {
     HOST_READY();
     fa_stats_alloc(c, n);
-    void *p = tc_memalign(align, n);
+    void *p = tc_memalign(align, tc_size(n));
     if (!p)
         errno = ENOMEM;
     return AFTER_ALLOC(p, n, fn, caller);
@@ -625,7 +627,7 @@ int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
     fa_stats_alloc(FA_CALL_posix_memalign, n);
     HOST_READY();
     int saved = errno;
-    void *p = tc_memalign(align, n);
+    void *p = tc_memalign(align, tc_size(n));
     errno = saved; /* posix_memalign reports through its result */
     if (!p) {
         errno = ENOMEM; /* and glibc's sets errno too when memory runs out */
@@ -675,44 +677,47 @@ size_t fa_host_usable_size(void *p)
 /* ---- operator new / delete ------------------------------------------------ */
 
 /* tcmalloc's tc_new family calls the new-handler until it gives up, then
- * throws std::bad_alloc (or returns NULL for the nothrow forms). */
-static inline void *tc_new_any(size_t n, size_t align, bool nothrow)
+ * throws std::bad_alloc.  The nothrow forms (override_cxx.cc) call this
+ * inside a catch-all, as libstdc++'s do: an exception of any type from the
+ * new-handler gives nullptr there, where tcmalloc's own nothrow forms let
+ * all but std::bad_alloc end the program. */
+static inline void *tc_new_any(size_t n, size_t align)
 {
     if (align == 0)
-        return nothrow ? tc_new_nothrow(n, &nothrow_tag) : tc_new(n);
+        return tc_new(tc_size(n));
     /* An alignment that is not a power of two gets no block, as from
-     * libstdc++ (std::bad_alloc, or nullptr from the nothrow forms, and no
-     * new-handler); tcmalloc would return one. */
+     * libstdc++ (std::bad_alloc and no new-handler); tcmalloc would return
+     * one. */
     if (__builtin_expect(align & (align - 1), 0)) {
-        if (!nothrow && fa_host_cxx_bad_alloc)
+        if (fa_host_cxx_bad_alloc)
             fa_host_cxx_bad_alloc();
         return NULL;
     }
-    return nothrow ? tc_new_aligned_nothrow(n, align, &nothrow_tag) : tc_new_aligned(n, align);
+    return tc_new_aligned(tc_size(n), align);
 }
 
-static __attribute__((noinline)) void *new_slow(size_t n, size_t align, bool nothrow, void *caller)
+static __attribute__((noinline)) void *new_slow(size_t n, size_t align, void *caller)
 {
     HOST_READY();
     if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_new, n)))
         tc_cache_refresh();
-    return AFTER_ALLOC(tc_new_any(n, align, nothrow), n, "operator new", caller);
+    return AFTER_ALLOC(tc_new_any(n, align), n, "operator new", caller);
 }
 
-static __attribute__((noinline)) void *new_refresh(size_t n, size_t align, bool nothrow)
+static __attribute__((noinline)) void *new_refresh(size_t n, size_t align)
 {
     tc_cache_refresh();
-    return tc_new_any(n, align, nothrow);
+    return tc_new_any(n, align);
 }
 
-void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller)
+void *fa_host_new(size_t n, size_t align, void *caller)
 {
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t == NULL || n >= slow_size, 0))
-        return new_slow(n, align, nothrow, caller);
+        return new_slow(n, align, caller);
     if (TC_CACHE_DUE(fa_stats_alloc_small_into(t, FA_CALL_new, n)))
-        return new_refresh(n, align, nothrow);
-    return tc_new_any(n, align, nothrow);
+        return new_refresh(n, align);
+    return tc_new_any(n, align);
 }
 
 static inline void delete_counted(void *p, size_t size, size_t align)

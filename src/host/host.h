@@ -42,10 +42,10 @@ void *fa_host_valloc(size_t n, void *caller);
 void *fa_host_pvalloc(size_t n, void *caller);
 size_t fa_host_usable_size(void *p);
 
-/* operator new: align 0 = default alignment; nothrow returns NULL instead
- * of throwing.  The new-handler is honoured and std::bad_alloc thrown by
- * tcmalloc's tc_new family. */
-void *fa_host_new(size_t n, size_t align, bool nothrow, void *caller);
+/* operator new: align 0 = default alignment.  The new-handler is honoured
+ * and std::bad_alloc thrown by tcmalloc's tc_new family; the nothrow forms
+ * catch whatever is thrown (override_cxx.cc). */
+void *fa_host_new(size_t n, size_t align, void *caller);
 /* operator delete: size 0 = unsized; align 0 = default alignment. */
 void fa_host_delete(void *p, size_t size, size_t align);
 /* At start, once it is known who serves malloc: whether the program (or an

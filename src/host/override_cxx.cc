@@ -80,35 +80,35 @@ extern "C" void fa_host_cxx_check(void)
 }
 
 // The four forms with no parent.
-FA_EXPORT void *operator new(std::size_t n) { return fa_host_new(n, 0, false, FA_CALLER); }
-FA_EXPORT void *operator new(std::size_t n, std::align_val_t a) { return fa_host_new(n, AL(a), false, FA_CALLER); }
+FA_EXPORT void *operator new(std::size_t n) { return fa_host_new(n, 0, FA_CALLER); }
+FA_EXPORT void *operator new(std::size_t n, std::align_val_t a) { return fa_host_new(n, AL(a), FA_CALLER); }
 FA_EXPORT void operator delete(void *p) noexcept { fa_host_delete(p, 0, 0); }
 FA_EXPORT void operator delete(void *p, std::align_val_t a) noexcept { fa_host_delete(p, 0, AL(a)); }
 
 // The derived forms.
 FA_EXPORT void *operator new[](std::size_t n)
 {
-    return REPLACED ? parent.nw(n) : fa_host_new(n, 0, false, FA_CALLER);
+    return REPLACED ? parent.nw(n) : fa_host_new(n, 0, FA_CALLER);
 }
 FA_EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept
 {
-    return REPLACED ? try_new(parent.nw, n) : fa_host_new(n, 0, true, FA_CALLER);
+    return REPLACED ? try_new(parent.nw, n) : try_new(fa_host_new, n, std::size_t(0), FA_CALLER);
 }
 FA_EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept
 {
-    return REPLACED ? try_new(parent.nwa, n) : fa_host_new(n, 0, true, FA_CALLER);
+    return REPLACED ? try_new(parent.nwa, n) : try_new(fa_host_new, n, std::size_t(0), FA_CALLER);
 }
 FA_EXPORT void *operator new[](std::size_t n, std::align_val_t a)
 {
-    return REPLACED ? parent.nw_al(n, a) : fa_host_new(n, AL(a), false, FA_CALLER);
+    return REPLACED ? parent.nw_al(n, a) : fa_host_new(n, AL(a), FA_CALLER);
 }
 FA_EXPORT void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
 {
-    return REPLACED ? try_new(parent.nw_al, n, a) : fa_host_new(n, AL(a), true, FA_CALLER);
+    return REPLACED ? try_new(parent.nw_al, n, a) : try_new(fa_host_new, n, std::size_t(AL(a)), FA_CALLER);
 }
 FA_EXPORT void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
 {
-    return REPLACED ? try_new(parent.nwa_al, n, a) : fa_host_new(n, AL(a), true, FA_CALLER);
+    return REPLACED ? try_new(parent.nwa_al, n, a) : try_new(fa_host_new, n, std::size_t(AL(a)), FA_CALLER);
 }
 
 FA_EXPORT void operator delete[](void *p) noexcept { REPLACED ? parent.del(p) : fa_host_delete(p, 0, 0); }

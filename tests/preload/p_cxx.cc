@@ -129,6 +129,54 @@ int main()
     }
     CHECK(threw);
 
+    // A new-handler that throws something other than std::bad_alloc: the
+    // nothrow forms return nullptr, as libstdc++'s (which call the throwing
+    // form inside a catch-all); the throwing forms pass it on.
+    struct not_bad_alloc {};
+    std::set_new_handler([] { throw not_bad_alloc(); });
+    CHECK(operator new(SIZE_MAX / 2, std::nothrow) == nullptr);
+    CHECK(operator new[](SIZE_MAX / 2, std::nothrow) == nullptr);
+    CHECK(operator new(SIZE_MAX / 2, al, std::nothrow) == nullptr);
+    CHECK(operator new[](SIZE_MAX / 2, al, std::nothrow) == nullptr);
+    bool passed_on = false;
+    try {
+        (void)operator new(SIZE_MAX / 2);
+    } catch (const not_bad_alloc &) {
+        passed_on = true;
+    }
+    CHECK(passed_on);
+    std::set_new_handler(nullptr);
+
+    // The smallest blocks are 16-byte aligned (glibc's malloc alignment),
+    // and a sized delete gives them back to the class they came from: a
+    // ring of live blocks of 0-24 bytes, each filled with its own byte,
+    // stays intact while others come and go.
+    struct live {
+        unsigned char *p;
+        std::size_t n;
+        bool array;
+    } ring[512] = {};
+    int small_misaligned = 0, overwritten = 0;
+    for (unsigned i = 0; i < 200000; i++) {
+        live &l = ring[(i * 2654435761u) % 512];
+        if (l.p) {
+            for (std::size_t k = 0; k < l.n; k++)
+                overwritten += l.p[k] != static_cast<unsigned char>(l.n);
+            l.array ? operator delete[](l.p, l.n) : operator delete(l.p, l.n);
+        }
+        l.n = i % 25;
+        l.array = i & 1;
+        l.p = static_cast<unsigned char *>(l.array ? operator new[](l.n) : operator new(l.n));
+        small_misaligned += !aligned(l.p, 16);
+        for (std::size_t k = 0; k < l.n; k++)
+            l.p[k] = static_cast<unsigned char>(l.n);
+    }
+    for (live &l : ring)
+        if (l.p)
+            l.array ? operator delete[](l.p) : operator delete(l.p);
+    CHECK(small_misaligned == 0);
+    CHECK(overwritten == 0);
+
     // Ordinary traffic: containers, strings, exceptions (libstdc++
     // allocates exception objects with malloc).
     std::map<std::string, std::vector<int>> m;
