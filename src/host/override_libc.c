@@ -61,8 +61,14 @@ FA_EXPORT int malloc_trim(size_t pad) { return fa_host_trim(pad); }
 FA_EXPORT int malloc_info(int options, FILE *fp) { return fa_host_malloc_info(options, fp); }
 /* Accepted so programs that tune glibc keep working; glibc's parameters
  * (M_MMAP_THRESHOLD, M_ARENA_MAX, ...) have no meaning for tcmalloc.  The
- * FORGEALLOC_* settings are the knobs. */
-FA_EXPORT int mallopt(int param, int value) { (void)param, (void)value; return 1; }
+ * FORGEALLOC_* settings are the knobs.  The answer is glibc's: 1, but for
+ * an M_MXFAST outside 0..MAX_FAST_SIZE (80 * sizeof(size_t) / 4). */
+FA_EXPORT int mallopt(int param, int value)
+{
+    if (param == M_MXFAST)
+        return value >= 0 && (size_t)value <= 80 * sizeof(size_t) / 4;
+    return 1;
+}
 
 /* glibc's internal entry points, exported by glibc and called directly by
  * some programs and preload tools. */

@@ -95,6 +95,39 @@ static void semantics(void)
         free(z);
     }
 
+    /* Every block is aligned for any type (max_align_t: 16 bytes on x86-64
+     * and AArch64), the smallest included, whichever call made it. */
+    int misaligned = 0;
+    const size_t m = _Alignof(max_align_t);
+    for (size_t n = 0; n <= 32; n++) {
+        void *b[7 * 16];
+        for (int i = 0; i < 16; i++) {
+            void **k = &b[7 * i];
+            k[0] = malloc(n);
+            k[1] = calloc(1, n);
+            k[2] = realloc(NULL, n);
+            k[3] = reallocarray(NULL, 1, n);
+            k[4] = memalign(8, n);
+            k[5] = aligned_alloc(8, n);
+            k[6] = NULL;
+            CHECK(posix_memalign(&k[6], sizeof(void *), n) == 0);
+            char *big = malloc(200);
+            char *shrunk = realloc(big, n ? n : 1);
+            misaligned += !aligned(shrunk, m);
+            free(shrunk);
+        }
+        for (int i = 0; i < 7 * 16; i++) {
+            misaligned += !aligned(b[i], m);
+            free(b[i]);
+        }
+    }
+    CHECK(misaligned == 0);
+
+    /* mallopt answers as glibc's: 1, but 0 for an M_MXFAST out of range. */
+    CHECK(mallopt(M_MXFAST, 64) == 1 && mallopt(M_MXFAST, 0) == 1);
+    CHECK(mallopt(M_MXFAST, -1) == 0 && mallopt(M_MXFAST, 1000) == 0);
+    CHECK(mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1 && mallopt(M_ARENA_MAX, 2) == 1 && mallopt(12345, 1) == 1);
+
     /* Alignment functions. */
     void *p = NULL;
     CHECK(posix_memalign(&p, 3, 10) == EINVAL && p == NULL);
