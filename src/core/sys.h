@@ -1,5 +1,5 @@
 /* sys.h - the file calls the library makes for itself, made straight to
- * the kernel.
+ * the kernel, and the page size.
  *
  * A program may preload other libraries that wrap open, read or write
  * (tracers, sandboxes, path rewriters), and such a wrapper may allocate.
@@ -24,5 +24,8 @@ static inline ssize_t fa_sys_pread(int fd, void *buf, size_t n, off_t at)
 }
 static inline ssize_t fa_sys_write(int fd, const void *buf, size_t n) { return (ssize_t)syscall(SYS_write, fd, buf, n); }
 static inline int fa_sys_close(int fd) { return (int)syscall(SYS_close, fd); }
+
+/* The page size, read once (sysconf; 4096 where it gives none). */
+size_t fa_page_size(void);
 
 #endif

@@ -10,23 +10,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../core/sys.h"
 #include "release.h"
 
 static uint64_t live_bytes;
 
-static size_t page(void)
-{
-    static size_t ps;
-    size_t p = __atomic_load_n(&ps, __ATOMIC_RELAXED);
-    if (!p) {
-        long v = sysconf(_SC_PAGESIZE);
-        p = v > 0 ? (size_t)v : 4096;
-        __atomic_store_n(&ps, p, __ATOMIC_RELAXED);
-    }
-    return p;
-}
-
-size_t fa_grown_usable(size_t n) { return (n + page() - 1) & ~(page() - 1); }
+size_t fa_grown_usable(size_t n) { return (n + fa_page_size() - 1) & ~(fa_page_size() - 1); }
 
 /* tcmalloc exports mmap, mremap and munmap (its hooks): the kernel's are
  * called directly.  Each returns MAP_FAILED on failure. */

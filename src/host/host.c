@@ -30,6 +30,7 @@
 #include "../core/log.h"
 #include "../core/options.h"
 #include "../core/owner.h"
+#include "../core/sys.h"
 #include "../core/fmt.h"
 #include "../stats/snapshot.h"
 #include "../stats/stats.h"
@@ -73,7 +74,6 @@ static int soon_due;          /* slow_size is 1 until an allocation runs fa_rele
 /* Below slow_size, sizes take the histogram's uncapped bucket. */
 _Static_assert(FA_RELEASE_MIN < (size_t)1 << (FA_HIST_BUCKETS - 2), "fast-path sizes must fit the histogram");
 static size_t report_size; /* 0 = reports off */
-static size_t page_size = 4096;
 static struct timespec start_time;
 #ifndef CALLOC_SPARSE_MIN
 #define CALLOC_SPARSE_MIN ((size_t)4 << 20)
@@ -87,9 +87,6 @@ static void host_init(void)
 {
     (void)fa_opt(FA_OPT_LOG); /* loads every setting */
     fa_stats_init();
-    long ps = sysconf(_SC_PAGESIZE);
-    if (ps > 0)
-        page_size = (size_t)ps;
     if (start_time.tv_sec == 0)
         clock_gettime(CLOCK_MONOTONIC, &start_time);
     const char *memfs = getenv("TCMALLOC_MEMFS_MALLOC_PATH");
@@ -640,23 +637,23 @@ int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller)
 void *fa_host_valloc(size_t n, void *caller)
 {
     HOST_READY();
-    return aligned(FA_CALL_valloc, "valloc", page_size, n, caller);
+    return aligned(FA_CALL_valloc, "valloc", fa_page_size(), n, caller);
 }
 
 void *fa_host_pvalloc(size_t n, void *caller)
 {
     HOST_READY();
     size_t rounded;
-    if (__builtin_add_overflow(n, page_size - 1, &rounded)) {
+    if (__builtin_add_overflow(n, fa_page_size() - 1, &rounded)) {
         fa_stats_alloc(FA_CALL_pvalloc, n);
         errno = ENOMEM;
         return NULL;
     }
-    rounded &= ~(page_size - 1);
+    rounded &= ~(fa_page_size() - 1);
     if (rounded == 0)
-        rounded = page_size; /* pvalloc(0) gives one page, as tcmalloc's (glibc's: a minimum block on a page) */
+        rounded = fa_page_size(); /* pvalloc(0) gives one page, as tcmalloc's (glibc's: a minimum block on a page) */
     fa_stats_alloc(FA_CALL_pvalloc, n);
-    void *p = tc_memalign(page_size, rounded);
+    void *p = tc_memalign(fa_page_size(), rounded);
     if (!p)
         errno = ENOMEM;
     return AFTER_ALLOC(p, rounded, "pvalloc", caller);
@@ -811,7 +808,7 @@ static uint64_t read_rss(void)
     uint64_t pages = 0;
     for (c++; *c >= '0' && *c <= '9'; c++)
         pages = pages * 10 + (uint64_t)(*c - '0');
-    return pages * page_size;
+    return pages * fa_page_size();
 }
 
 void fa_host_fill(fa_snapshot *s)

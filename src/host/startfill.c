@@ -95,20 +95,10 @@ static size_t fill_sparse(int pagemap, uintptr_t a, uintptr_t b, size_t page)
     return left;
 }
 
-static size_t page_size(void)
-{
-    static size_t page;
-    if (!page) {
-        long ps = sysconf(_SC_PAGESIZE);
-        page = ps > 0 ? (size_t)ps : 4096;
-    }
-    return page;
-}
-
 void *fa_start_fill(void *p, int c, size_t n)
 {
     uintptr_t s = (uintptr_t)p, e;
-    size_t page = page_size();
+    size_t page = fa_page_size();
     if (c != 0 || n < FILL_MIN || __builtin_add_overflow(s, n, &e))
         return memset(p, c, n);
     struct anon_ranges r = {.lo = (s + page - 1) & ~(uintptr_t)(page - 1), .hi = e & ~(uintptr_t)(page - 1)};
@@ -135,7 +125,7 @@ void *fa_start_fill(void *p, int c, size_t n)
 size_t fa_clear_anonymous(void *p, size_t n)
 {
     uintptr_t s = (uintptr_t)p, e = s + n;
-    size_t page = page_size();
+    size_t page = fa_page_size();
     uintptr_t a = (s + page - 1) & ~(uintptr_t)(page - 1), b = e & ~(uintptr_t)(page - 1);
     if (b <= a) {
         memset(p, 0, n);
@@ -227,7 +217,7 @@ static int find_slot(struct dl_phdr_info *info, size_t size, void *arg)
     if (r) {
         uintptr_t at = base + r->r_offset;
         s->out->at = (void **)at;
-        s->out->relro = relro_size && fa_relro_protects(relro_lo, relro_size, page_size(), at);
+        s->out->relro = relro_size && fa_relro_protects(relro_lo, relro_size, fa_page_size(), at);
         s->found = true;
     }
 #endif
@@ -243,7 +233,7 @@ bool fa_got_find(const void *in_object, const char *name, fa_got_slot *out)
 
 bool fa_got_swap(const fa_got_slot *slot, void *value, void **old)
 {
-    size_t page = page_size();
+    size_t page = fa_page_size();
     void *pg = (void *)((uintptr_t)slot->at & ~(uintptr_t)(page - 1));
     if (slot->relro && mprotect(pg, page, PROT_READ | PROT_WRITE) != 0)
         return false;

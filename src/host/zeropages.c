@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../core/log.h"
+#include "../core/sys.h"
 
 #define CHUNK_PAGES 512 /* pages per mincore call */
 
@@ -179,10 +180,10 @@ size_t fa_zero_pages_at_start(const void *in_object)
 {
     int saved_errno = errno;
     size_t dropped = 0;
-    long page = sysconf(_SC_PAGESIZE);
+    size_t page = fa_page_size();
     char stat[1024];
     long threads = 0;
-    if (page <= 0 || fa_read_file("/proc/self/stat", stat, sizeof stat) <= 0 ||
+    if (fa_read_file("/proc/self/stat", stat, sizeof stat) <= 0 ||
         !fa_zero_pages_parse_stat(stat, &threads) || threads != 1)
         goto out;
 
@@ -195,7 +196,7 @@ size_t fa_zero_pages_at_start(const void *in_object)
     struct mapping_list list = {.m = maps, .cap = MAX_MAPPINGS};
     fa_read_lines("/proc/self/maps", collect_anonymous, &list);
     int n = list.n;
-    struct bss_search s = {.addr = (uintptr_t)in_object, .page = (size_t)page};
+    struct bss_search s = {.addr = (uintptr_t)in_object, .page = page};
     if (in_object && n > 0)
         dl_iterate_phdr(find_bss, &s);
     /* Only what lies inside a private anonymous mapping is touched: the BSS
@@ -205,11 +206,11 @@ size_t fa_zero_pages_at_start(const void *in_object)
             uintptr_t lo = s.lo[j] > maps[i].lo ? s.lo[j] : maps[i].lo;
             uintptr_t hi = s.hi[j] < maps[i].hi ? s.hi[j] : maps[i].hi;
             if (hi > lo)
-                dropped += fa_zero_pages_drop(lo, hi, (size_t)page);
+                dropped += fa_zero_pages_drop(lo, hi, page);
         }
         if (maps[i].heap) {
             uintptr_t hi = maps[i].hi - maps[i].lo > HEAP_SCAN_MAX ? maps[i].lo + HEAP_SCAN_MAX : maps[i].hi;
-            dropped += fa_zero_pages_drop(maps[i].lo, hi, (size_t)page);
+            dropped += fa_zero_pages_drop(maps[i].lo, hi, page);
         }
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
