@@ -537,6 +537,17 @@ void fa_host_free_sized(void *p, void *caller)
     fa_host_free(p, caller);
 }
 
+/* Every 256th free or delete of a thread (the byte wraps), the release
+ * policy looks at what small frees left free (release.h). */
+_Static_assert(FA_RELEASE_CHECK_FREES == 256, "free_countdown is one byte");
+#define FREE_CHECK_DUE(t) __builtin_expect(--(t)->free_countdown == 0, 0)
+
+static __attribute__((noinline)) void free_then_check(void *p, void *caller)
+{
+    free_counted(p, caller);
+    fa_release_check_free(!fa_from_loader(caller));
+}
+
 void fa_host_free(void *p, void *caller)
 {
     fa_tstats *t = fa_tls_stats;
@@ -545,6 +556,10 @@ void fa_host_free(void *p, void *caller)
         return;
     }
     FA_RELAXED_ADD(t->calls[FA_CALL_free], 1);
+    if (FREE_CHECK_DUE(t)) {
+        free_then_check(p, caller);
+        return;
+    }
     free_counted(p, caller);
 }
 
@@ -731,6 +746,12 @@ static __attribute__((noinline)) void delete_uncounted(void *p, size_t size, siz
     delete_counted(p, size, align);
 }
 
+static __attribute__((noinline)) void delete_then_check(void *p, size_t size, size_t align)
+{
+    delete_counted(p, size, align);
+    fa_release_check_free(true);
+}
+
 void fa_host_delete(void *p, size_t size, size_t align)
 {
     fa_tstats *t = fa_tls_stats;
@@ -739,6 +760,10 @@ void fa_host_delete(void *p, size_t size, size_t align)
         return;
     }
     FA_RELAXED_ADD(t->calls[FA_CALL_delete], 1);
+    if (FREE_CHECK_DUE(t)) {
+        delete_then_check(p, size, align);
+        return;
+    }
     delete_counted(p, size, align);
 }
 

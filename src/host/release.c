@@ -445,7 +445,10 @@ static void judge_release(bool busy_heap, uint64_t got, uint64_t now)
     }
 }
 
-uint64_t fa_release_tick(uint64_t now)
+/* Free bytes held after the last tick. */
+static uint64_t tick_held;
+
+static uint64_t tick(uint64_t now)
 {
     if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
         return now + 10; /* a caller is deciding right now; look again soon */
@@ -508,6 +511,7 @@ uint64_t fa_release_tick(uint64_t now)
         due = busy_l.until_ms;
     if (idle_l.released && idle_l.until_ms < due)
         due = idle_l.until_ms;
+    __atomic_store_n(&tick_held, held, __ATOMIC_RELAXED);
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
     if (!__atomic_load_n(&polling, __ATOMIC_RELAXED) && held <= (keep > STEP ? keep : STEP)) {
@@ -526,6 +530,16 @@ uint64_t fa_release_tick(uint64_t now)
     return next > now ? next : now + 1;
 }
 
+/* When the policy runs next on its own (0: not until a wake). */
+static uint64_t tick_due_ms;
+
+uint64_t fa_release_tick(uint64_t now)
+{
+    uint64_t next = tick(now);
+    __atomic_store_n(&tick_due_ms, next, __ATOMIC_RELAXED);
+    return next;
+}
+
 /* No background thread: run the policy on this call when it is due. */
 static void tick_inline(void)
 {
@@ -534,6 +548,33 @@ static void tick_inline(void)
         return;
     uint64_t next = fa_release_tick(now);
     __atomic_store_n(&inline_due_ms, next ? next : now + 1, __ATOMIC_RELAXED);
+}
+
+/* Free memory past the threshold is held: with FORGEALLOC_RELEASE_DELAY=0
+ * return it at once; else the background watches it from now on, or,
+ * where no thread can run, the calls themselves.  Where this call may not
+ * start a thread, it runs the policy itself and the thread starts at the
+ * next allocation. */
+static void held_beyond(uint64_t threshold, bool may_start)
+{
+    int saved = errno; /* free() must keep errno; madvise may set it */
+    if (delay_ms() == 0) {
+        if (!__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) {
+            release_now(threshold);
+            __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+        }
+    } else {
+        bool (*w)(bool) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+        bool thread = w && w(may_start);
+        if (__atomic_load_n(&background, __ATOMIC_RELAXED) != BG_THREAD && (thread || may_start))
+            __atomic_store_n(&background, thread ? BG_THREAD : BG_CALLS, __ATOMIC_RELAXED);
+        if (!thread) {
+            if (!may_start && w)
+                fa_release_start_soon();
+            tick_inline();
+        }
+    }
+    errno = saved;
 }
 
 /* The balance at which a thread publishes (see unpublished). */
@@ -575,27 +616,38 @@ void fa_release_on_free(size_t n, bool may_start)
     __atomic_add_fetch(&hot.moved, u, __ATOMIC_RELAXED);
     if (__atomic_add_fetch(&hot.shrink, (uint64_t)u, __ATOMIC_RELAXED) <= threshold)
         return;
-    int saved = errno; /* free() must keep errno; madvise may set it */
-    if (delay_ms() == 0) {
-        if (!__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) {
-            release_now(threshold);
-            __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
-        }
-    } else {
-        /* Large free memory is held: the background watches it from now on,
-         * or, where no thread can run, the calls themselves.  Where this
-         * call may not start a thread, it runs the policy itself and the
-         * thread starts at the next allocation. */
-        bool (*w)(bool) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
-        bool thread = w && w(may_start);
-        if (__atomic_load_n(&background, __ATOMIC_RELAXED) != BG_THREAD && (thread || may_start))
-            __atomic_store_n(&background, thread ? BG_THREAD : BG_CALLS, __ATOMIC_RELAXED);
-        if (!thread) {
-            if (!may_start && w)
-                fa_release_start_soon();
-            tick_inline();
-        }
-    }
+    held_beyond(threshold, may_start);
+}
+
+/* Small frees too: tcmalloc gives a span of small objects back to its
+ * page heap once every object in it is free, and a program that frees a
+ * large working set of small blocks (containers, strings, blocks of up to
+ * 256 KiB) makes no large free to tell the policy.  Each thread's every
+ * FA_RELEASE_CHECK_FREES-th free calls this; at most one call per tick of
+ * the coarse clock among all threads reads what tcmalloc holds free.  With
+ * no look of the policy coming, more than STEP free starts one, as a large
+ * free past the threshold does (with FORGEALLOC_RELEASE_DELAY=0: more than
+ * the threshold); the background then watches it until it went back or is
+ * reused.  With one coming, only a rise past the threshold since the last
+ * look brings it forward. */
+static uint64_t checked_ms;
+
+void fa_release_check_free(bool may_start)
+{
+    uint64_t now = mono_ms(), last = __atomic_load_n(&checked_ms, __ATOMIC_RELAXED);
+    if (now == last || !__atomic_compare_exchange_n(&checked_ms, &last, now, false, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED))
+        return;
+    int saved = errno;
+    uint64_t threshold = keep_bytes(), held = fa_tc_prop("tcmalloc.pageheap_free_bytes");
+    /* A look that is late by a second or more is not coming: the thread left. */
+    uint64_t due = __atomic_load_n(&tick_due_ms, __ATOMIC_RELAXED);
+    bool coming = due && now < due + 1000;
+    uint64_t mark = !delay_ms() ? threshold
+                    : coming    ? __atomic_load_n(&tick_held, __ATOMIC_RELAXED) + (threshold > STEP ? threshold : STEP)
+                                : STEP;
+    if (held > mark)
+        held_beyond(threshold, may_start);
     errno = saved;
 }
 
@@ -689,7 +741,11 @@ size_t fa_release_all(void)
     return release_everything(FA_REL_request, true);
 }
 
-void fa_release_before_fork(void) { release_everything(FA_REL_fork, false); }
+void fa_release_before_fork(void)
+{
+    release_everything(FA_REL_fork, false);
+    __atomic_store_n(&tick_due_ms, 0, __ATOMIC_RELAXED); /* the thread leaves */
+}
 
 void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])
 {
@@ -724,6 +780,7 @@ static void reset_child(void)
     busy_l.released = idle_l.released = 0;
     last_commit = spell_begin_ms = spell_end_ms = 0;
     inline_due_ms = 0;
+    tick_due_ms = checked_ms = tick_held = 0;
     background = BG_NONE;
     fa_pressure_reset();
 }

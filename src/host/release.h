@@ -54,6 +54,11 @@ bool fa_release_resize(const void *p, size_t n);
  * (a free by the dynamic loader, loader.h); the policy then runs on this
  * call and the thread starts at the next allocation. */
 void fa_release_on_free(size_t n, bool may_start);
+/* Every FA_RELEASE_CHECK_FREES-th free or delete of a thread (of any
+ * size): free memory that small blocks left in tcmalloc's page heap moves
+ * the policy too, once past the threshold. */
+#define FA_RELEASE_CHECK_FREES 256
+void fa_release_check_free(bool may_start);
 /* For tests: bytes mapped for the table of live large blocks (64 KiB for
  * the first level, 1 MiB more once the second is mapped), and the count of
  * large blocks that found no slot in it. */

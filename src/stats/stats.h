@@ -47,6 +47,10 @@ static inline unsigned fa_hist_bucket(size_t n)
 }
 
 typedef struct fa_tstats {
+    /* Not a count: frees and deletes of this thread until the release
+     * policy's next look at what small frees left (host.c); kept here, in
+     * the line the free path writes anyway.  Neither summed nor zeroed. */
+    unsigned char free_countdown;
     uint64_t calls[FA_CALL_COUNT];
     uint64_t bytes_requested; /* bytes asked of allocating calls (calloc: n*size) */
     uint64_t large_allocs;    /* allocations at or above FORGEALLOC_LARGE_ALLOC_REPORT */

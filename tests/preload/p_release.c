@@ -25,6 +25,10 @@
  *                      then one 8 MB block allocated, touched and freed:
  *                      "rss_after_call_mb N" (where no thread can start,
  *                      memory goes back on such calls)
+ *   p_release small LO HI MB S  MB in blocks of LO..HI bytes (all below
+ *                      tcmalloc's 256 KiB large size) allocated, touched,
+ *                      all freed; the RSS while the process sleeps S seconds
+ *                      making no allocator call, as burst prints it
  *   p_release hold MB S  MB in 4 MB blocks allocated, touched, all freed;
  *                      prints "freed", sleeps S seconds, prints RSS
  *   p_release need MB  allocates and touches MB; prints "got"
@@ -86,13 +90,21 @@
 
 #define MB (1024 * 1024)
 
+/* Read without stdio: a look at the RSS makes no allocator call (the
+ * policy also runs on frees). */
 static long rss_mb(void)
 {
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
     long pages = 0, rss = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f || fscanf(f, "%ld %ld", &pages, &rss) != 2)
+    if (n <= 0)
         return -1;
-    fclose(f);
+    buf[n] = '\0';
+    if (sscanf(buf, "%ld %ld", &pages, &rss) != 2)
+        return -1;
     return rss * sysconf(_SC_PAGESIZE) / MB;
 }
 
@@ -349,6 +361,38 @@ int main(int argc, char **argv)
         int status = 0;
         waitpid(pid, &status, 0);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    if (strcmp(mode, "small") == 0 && argc > 5) {
+        size_t lo = strtoul(argv[2], NULL, 10), hi = strtoul(argv[3], NULL, 10);
+        size_t total = strtoul(argv[4], NULL, 10) * MB, n = total / ((lo + hi) / 2) + 1, got = 0;
+        char **blocks = malloc(n * sizeof *blocks);
+        long before = rss_mb();
+        uint64_t rng = 12345;
+        size_t k = 0;
+        for (; k < n && got < total; k++) {
+            rng = rng * 6364136223846793005u + 1442695040888963407u;
+            size_t size = lo + (size_t)(rng >> 33) % (hi - lo + 1);
+            blocks[k] = malloc(size);
+            memset(blocks[k], 1, size);
+            got += size;
+        }
+        printf("rss_start_mb %ld\nrss_peak_mb %ld\n", before, rss_mb());
+        for (size_t i = 0; i < k; i++)
+            free(blocks[i]);
+        free(blocks);
+        double t0 = now_s(), settle = atof(argv[5]);
+        printf("rss_after_free_mb %ld\n", rss_mb());
+        fflush(stdout);
+        long settled = -1;
+        while (now_s() - t0 < settle) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+            long r = rss_mb();
+            if (settled < 0 && r <= before + 96)
+                settled = (long)((now_s() - t0) * 1000);
+        }
+        printf("rss_end_mb %ld\nsettled_after_ms %ld\n", rss_mb(), settled);
+        return 0;
     }
     if (strcmp(mode, "calls") == 0) {
         long before = rss_mb();

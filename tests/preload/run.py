@@ -375,6 +375,29 @@ def case_release_burst():
           f"host.release: {rel}")
 
 
+def case_release_small():
+    """Memory freed in small blocks (below tcmalloc's 256 KiB large size, so
+    no large free announces it) goes back too while the process sleeps
+    without an allocator call: what tcmalloc's caches of small objects hold
+    stays (tens of MB), the rest goes.  Control: plain tcmalloc keeps it."""
+    shapes = [("1100", "8000"), ("65536", "204800")]
+    for lo, hi in shapes:
+        r = run([prog("p_release"), "small", lo, hi, "600", "3"], env=base_env(FORGEALLOC_RELEASE_DELAY="300ms"))
+        check(r.returncode == 0, r.stderr)
+        mb = {k: int(v) for k, v in re.findall(r"^(rss_\w+_mb|settled_after_ms) (-?\d+)$", r.stdout, re.M)}
+        check(mb["rss_peak_mb"] >= mb["rss_start_mb"] + 500, f"{lo}-{hi} B: the blocks were not resident: {mb}")
+        check(mb["rss_end_mb"] <= mb["rss_start_mb"] + 96, f"{lo}-{hi} B: RSS did not settle: {mb}")
+    # The default delay, and the stats say the delay returned it.
+    _, doc = one_dump([prog("p_release"), "small", "1100", "8000", "600", "6"])
+    rel = doc["host"]["release"]
+    check(rel["delay_bytes"] >= 400 << 20 and rel["background"] is True, f"host.release: {rel}")
+    tc = system_lib("libtcmalloc_minimal.so.4")
+    check(tc, "libtcmalloc_minimal.so.4 not found")
+    r = run([prog("p_release"), "small", "1100", "8000", "600", "1"], preload=False, env=base_env(LD_PRELOAD=tc))
+    mb = {k: int(v) for k, v in re.findall(r"^(rss_\w+_mb) (-?\d+)$", r.stdout, re.M)}
+    check(mb["rss_end_mb"] >= mb["rss_start_mb"] + 500, f"control: plain tcmalloc returned the memory: {mb}")
+
+
 def case_release_churn():
     """Large blocks that are needed again a moment later are never returned
     and refaulted: repeated 1-32 MB blocks, and a changing working set of 16

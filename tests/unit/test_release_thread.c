@@ -427,6 +427,31 @@ static void test_frees_seen_in_batches(void **state)
     assert_true(__atomic_load_n(&release_calls, __ATOMIC_RELAXED) > calls);
 }
 
+/* Free memory that small frees left (no large free announced it) is
+ * looked at from the free path: past 2 MiB the thread starts and returns
+ * it once unused for the delay; below, no thread. */
+static void test_small_frees_watched(void **state)
+{
+    (void)state;
+    load("300ms", "32M");
+    fa_background_start();
+    __atomic_store_n(&heap_free, 1 * MB, __ATOMIC_RELAXED);
+    fa_release_check_free(true);
+    sleep_ms(50);
+    assert_int_equal(helper_threads(), 0);
+    __atomic_store_n(&heap_free, 300 * MB, __ATOMIC_RELAXED);
+    fa_release_check_free(true); /* within the same tick of the coarse clock: not looked at */
+    for (int ms = 0; ms < 10 && helper_threads() == 0; ms++) {
+        sleep_ms(5);
+        fa_release_check_free(true);
+    }
+    assert_int_equal(helper_threads_become(1), 1);
+    for (int ms = 0; ms < 3000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 2 * MB; ms += 20)
+        sleep_ms(20);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 2 * MB);
+    assert_true(released(FA_REL_delay) >= 290 * MB);
+}
+
 /* What the policy learns stays for the process: the learning test runs in
  * a process of its own (`test_release_thread learn`). */
 int main(int argc, char **argv)
@@ -442,6 +467,12 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_retire_and_restart),
         };
         return cmocka_run_group_tests(retire, NULL, NULL);
+    }
+    if (argc > 1 && strcmp(argv[1], "small") == 0) {
+        const struct CMUnitTest small[] = {
+            cmocka_unit_test(test_small_frees_watched),
+        };
+        return cmocka_run_group_tests(small, NULL, NULL);
     }
     if (argc > 1 && strcmp(argv[1], "batch") == 0) {
         const struct CMUnitTest batch[] = {
