@@ -12,7 +12,11 @@
  * unloaded a model gets back with no call of its own.  burst_s is the time
  * up to the end of the churn, without the sleep.
  *
- * usage: release_burst [SETTLE_S] */
+ * With "small", the same 800 MiB is made of blocks of 1-8 KiB (a working
+ * set of strings, containers or Python objects), which no allocator serves
+ * as large blocks.
+ *
+ * usage: release_burst [SETTLE_S [small]] */
 #include "bench.h"
 
 #include <fcntl.h>
@@ -39,22 +43,32 @@ static long long rss_raw(void)
     return sp ? atoll(sp + 1) * sysconf(_SC_PAGESIZE) : -1;
 }
 
+#define SMALL_LO 1024
+#define SMALL_HI 8192
+#define SMALL_BLOCKS (BLOCKS * BLOCK_SIZE / ((SMALL_LO + SMALL_HI) / 2))
+
 int main(int argc, char **argv)
 {
-    static char *block[BLOCKS];
     double settle = argc > 1 ? atof(argv[1]) : 0;
+    int small = argc > 2 && strcmp(argv[2], "small") == 0;
+    size_t blocks = small ? SMALL_BLOCKS : BLOCKS;
+    char **block = calloc(blocks, sizeof *block);
+    if (!block)
+        abort();
+    uint64_t rng = BENCH_SEED;
     double t0 = bench_now();
     long long rss_before = bench_rss_bytes();
 
-    for (int i = 0; i < BLOCKS; i++) {
-        block[i] = malloc(BLOCK_SIZE);
+    for (size_t i = 0; i < blocks; i++) {
+        size_t n = small ? SMALL_LO + (size_t)(bench_rand(&rng) % (SMALL_HI - SMALL_LO + 1)) : BLOCK_SIZE;
+        block[i] = malloc(n);
         if (!block[i])
             abort();
-        for (size_t off = 0; off < BLOCK_SIZE; off += PAGE)
+        for (size_t off = 0; off < n; off += small ? 512 : PAGE)
             block[i][off] = (char)i;
     }
     long long rss_peak = bench_rss_bytes();
-    for (int i = 0; i < BLOCKS; i++)
+    for (size_t i = 0; i < blocks; i++)
         free(block[i]);
     long long rss_after_unload = bench_rss_bytes();
 

@@ -169,6 +169,13 @@ WORKLOADS = (
         metrics=(("burst_s", "s burst", 1), ("settled_above_before", "MB above start when settled", 1 / MB)),
     ),
     Workload(
+        "release-idle-small",
+        f"release-idle with the 800 MiB in blocks of 1-8 KiB (no large block), {SETTLE_S} s asleep",
+        "release_burst",
+        (str(SETTLE_S), "small"),
+        metrics=(("burst_s", "s burst", 1), ("settled_above_before", "MB above start when settled", 1 / MB)),
+    ),
+    Workload(
         "model-switch",
         "PyTorch CPU state dicts saved, loaded, used, dropped",
         "model_switch.py",
