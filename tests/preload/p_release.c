@@ -298,18 +298,11 @@ static int helper_threads(void)
 
 /* 200 x 4 MB allocated, touched, freed; then `settle` seconds without an
  * allocator call (stdio buffers were allocated before the burst). */
-static void burst(const char *who, double settle)
+/* Right after the frees: "rss_after_free_mb", then `settle` seconds of
+ * sleep with no allocator call, "rss_settled_mb N after_ms T" once RSS is
+ * within 64 MB of `before`, and "rss_end_mb". */
+static void sleep_watching(const char *who, long before, double settle)
 {
-    enum { N = 200 };
-    static char *blocks[N];
-    long before = rss_mb();
-    for (int i = 0; i < N; i++) {
-        blocks[i] = malloc(4 * MB);
-        touch(blocks[i], 4 * MB);
-    }
-    printf("%srss_peak_mb %ld\n", who, rss_mb());
-    for (int i = 0; i < N; i++)
-        free(blocks[i]);
     double t0 = now_s();
     printf("%srss_after_free_mb %ld\n", who, rss_mb());
     fflush(stdout);
@@ -326,6 +319,21 @@ static void burst(const char *who, double settle)
     }
     printf("%srss_end_mb %ld\n", who, rss_mb());
     fflush(stdout);
+}
+
+static void burst(const char *who, double settle)
+{
+    enum { N = 200 };
+    static char *blocks[N];
+    long before = rss_mb();
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(4 * MB);
+        touch(blocks[i], 4 * MB);
+    }
+    printf("%srss_peak_mb %ld\n", who, rss_mb());
+    for (int i = 0; i < N; i++)
+        free(blocks[i]);
+    sleep_watching(who, before, settle);
 }
 
 static void (*tls_touch)(void);
@@ -380,18 +388,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < k; i++)
             free(blocks[i]);
         free(blocks);
-        double t0 = now_s(), settle = atof(argv[5]);
-        printf("rss_after_free_mb %ld\n", rss_mb());
-        fflush(stdout);
-        long settled = -1;
-        while (now_s() - t0 < settle) {
-            struct timespec ts = {0, 50 * 1000000L};
-            nanosleep(&ts, NULL);
-            long r = rss_mb();
-            if (settled < 0 && r <= before + 96)
-                settled = (long)((now_s() - t0) * 1000);
-        }
-        printf("rss_end_mb %ld\nsettled_after_ms %ld\n", rss_mb(), settled);
+        sleep_watching("", before, atof(argv[5]));
         return 0;
     }
     if (strcmp(mode, "calls") == 0) {
