@@ -452,40 +452,24 @@ static void test_small_frees_watched(void **state)
     assert_true(released(FA_REL_delay) >= 290 * MB);
 }
 
-/* What the policy learns stays for the process: the learning test runs in
- * a process of its own (`test_release_thread learn`). */
+/* Tests whose state must be the process's own (what the policy learnt,
+ * whether a thread ever ran, the settings loaded before any thread) run
+ * alone, by name: `test_release_thread learn` and so on. */
+static const struct CMUnitTest alone[] = {
+    cmocka_unit_test(test_regret_stretches_hold),       /* learn */
+    cmocka_unit_test(test_retire_and_restart),          /* retire */
+    cmocka_unit_test(test_small_frees_watched),         /* small */
+    cmocka_unit_test(test_frees_seen_in_batches),       /* batch */
+    cmocka_unit_test(test_retire_before_creator_returns), /* starting */
+};
+static const char *const alone_names[] = {"learn", "retire", "small", "batch", "starting"};
+_Static_assert(sizeof alone / sizeof alone[0] == sizeof alone_names / sizeof alone_names[0], "a name per test");
+
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "learn") == 0) {
-        const struct CMUnitTest learn[] = {
-            cmocka_unit_test(test_regret_stretches_hold),
-        };
-        return cmocka_run_group_tests(learn, NULL, NULL);
-    }
-    if (argc > 1 && strcmp(argv[1], "retire") == 0) {
-        const struct CMUnitTest retire[] = {
-            cmocka_unit_test(test_retire_and_restart),
-        };
-        return cmocka_run_group_tests(retire, NULL, NULL);
-    }
-    if (argc > 1 && strcmp(argv[1], "small") == 0) {
-        const struct CMUnitTest small[] = {
-            cmocka_unit_test(test_small_frees_watched),
-        };
-        return cmocka_run_group_tests(small, NULL, NULL);
-    }
-    if (argc > 1 && strcmp(argv[1], "batch") == 0) {
-        const struct CMUnitTest batch[] = {
-            cmocka_unit_test(test_frees_seen_in_batches),
-        };
-        return cmocka_run_group_tests(batch, NULL, NULL);
-    }
-    if (argc > 1 && strcmp(argv[1], "starting") == 0) {
-        const struct CMUnitTest starting[] = {
-            cmocka_unit_test(test_retire_before_creator_returns),
-        };
-        return cmocka_run_group_tests(starting, NULL, NULL);
-    }
+    for (size_t i = 0; argc > 1 && i < sizeof alone / sizeof alone[0]; i++)
+        if (strcmp(argv[1], alone_names[i]) == 0)
+            return _cmocka_run_group_tests(alone_names[i], &alone[i], 1, NULL, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idle_settles),
         cmocka_unit_test(test_churn_keeps),
