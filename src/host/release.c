@@ -550,8 +550,10 @@ static void tick_inline(void)
     __atomic_store_n(&inline_due_ms, next ? next : now + 1, __ATOMIC_RELAXED);
 }
 
-/* Free memory past the threshold is held: with FORGEALLOC_RELEASE_DELAY=0
- * return it at once; else the background watches it from now on, or,
+/* Free memory worth watching is held (large frees past the threshold, or
+ * what small frees left: fa_release_check_free): with
+ * FORGEALLOC_RELEASE_DELAY=0 return it at once, down to half the
+ * threshold; else the background watches it from now on, or,
  * where no thread can run, the calls themselves.  Where this call may not
  * start a thread, it runs the policy itself and the thread starts at the
  * next allocation. */
