@@ -243,12 +243,13 @@ static void capture_drop(int i)
 
 static int thread_device(const fa_cudart *rt);
 
-/* The device stream s belongs to (-1 if unknown), asked while s exists: a
- * cudaDeviceReset destroys the streams of one device.  The runtime says
- * where it can (cudaStreamGetDevice, CUDA 12.8 and later); else the
- * thread's device, which is that of NULL and the per-thread stream, and of
- * a created stream when it is captured with its device current, as
- * programs do (work is launched into it there). */
+/* The device stream s belongs to (-1 if unknown), asked while s exists (a
+ * cudaDeviceReset destroys the streams of one device) and before its
+ * capture begins: asking a capturing stream invalidates its capture (seen
+ * on CUDA 13.0).  The runtime says where it can (cudaStreamGetDevice, CUDA
+ * 12.8 and later); else the thread's device, which is that of NULL and the
+ * per-thread stream, and of a created stream when it is captured with its
+ * device current, as programs do (work is launched into it there). */
 static int stream_device(const fa_cudart *rt, fa_cuda_stream s)
 {
     int dev = -1;
@@ -259,11 +260,10 @@ static int stream_device(const fa_cudart *rt, fa_cuda_stream s)
     return dev;
 }
 
-void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
+void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r, int dev)
 {
     if (r != 0)
         return;
-    int dev = stream_device(fa_cudart_get(), s);
     pthread_mutex_lock(&capture_lock);
     int i = 0;
     while (i < CAPTURE_SLOTS && capture_used[i])
@@ -279,8 +279,9 @@ void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r)
     pthread_mutex_unlock(&capture_lock);
 }
 
-void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r)
+void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r, int unused)
 {
+    (void)unused;
     const fa_cudart *rt = runtime("cudaStreamEndCapture");
     pthread_mutex_lock(&capture_lock);
     int i = 0;
@@ -844,12 +845,13 @@ static int pool_device(const fa_cudart *rt)
     return dev >= 0 && state_of(&devs[dev]) == READY ? dev : -1;
 }
 
-void fa_device_capture_before_begun(void)
+int fa_device_capture_before_begun(fa_cuda_stream s)
 {
     const fa_cudart *rt = fa_cudart_get();
     int dev = pool_device(rt);
     if (dev >= 0)
         sync_device(rt, &devs[dev], dev); /* none when nothing waits; leaves no error */
+    return stream_device(rt, s);
 }
 
 /* The piece pool serves n bytes: ready memory, else idle pieces moved and

@@ -54,13 +54,19 @@ void fa_device_count(enum fa_cuda_pt which);
 /* The real runtime (members NULL when missing; one error line then). */
 const struct fa_cudart *fa_device_runtime(const char *fn);
 /* Stream captures: no synchronisation while one is in progress.  Before
- * a capture begins, the thread's device is synchronised if blocks freed
- * before it wait for one (the driver's cudaFree would have synchronised):
- * allocations during the capture can reuse them. */
-void fa_device_capture_before_begun(void);
-static inline void fa_device_capture_before_ended(void) {}
-void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r);
-void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r);
+ * a capture on s begins, the thread's device is synchronised if blocks
+ * freed before it wait for one (the driver's cudaFree would have
+ * synchronised): allocations during the capture can reuse them.  It
+ * returns s's device, asked then: asking once the capture runs would
+ * invalidate it.  The after-hooks get what the before-hook returned. */
+int fa_device_capture_before_begun(fa_cuda_stream s);
+static inline int fa_device_capture_before_ended(fa_cuda_stream s)
+{
+    (void)s;
+    return -1;
+}
+void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r, int dev);
+void fa_device_capture_ended(fa_cuda_stream s, fa_cuda_error r, int unused);
 /* Before cudaStreamDestroy(s). */
 void fa_device_stream_destroying(fa_cuda_stream s);
 

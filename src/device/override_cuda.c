@@ -74,9 +74,9 @@ FA_PASS_DEVICE(FA_PT_cudaMallocPitch, cudaMallocPitch, (void **p, size_t *pitch,
     FA_EXPORT fa_cuda_error name params                                               \
     {                                                                                 \
         const fa_cudart *rt = fa_device_runtime(#name);                              \
-        fa_device_capture_before_##event();                                           \
+        int before = fa_device_capture_before_##event(s);                             \
         fa_cuda_error r = rt->name ? rt->name args : FA_CUDA_ERROR_INITIALIZATION;    \
-        fa_device_capture_##event(s, r);                                              \
+        fa_device_capture_##event(s, r, before);                                      \
         return r;                                                                     \
     }
 FA_CAPTURE(begun, cudaStreamBeginCapture, (fa_cuda_stream s, fa_cuda_capture_mode m), (s, m))

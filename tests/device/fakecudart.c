@@ -1498,14 +1498,23 @@ static cudaError_t do_end_capture(cudaStream_t h, cudaGraph_t *out)
     return cudaSuccess;
 }
 
+/* Asking the device of a capturing stream invalidates its capture, as
+ * querying it does: on an H100 with CUDA 13.0 (driver 580) a
+ * cudaStreamGetDevice right after cudaStreamBeginCapture left the capture
+ * invalidated. */
 static cudaError_t do_stream_get_device(cudaStream_t h, int *device)
 {
     if (!device)
         return cudaErrorInvalidValue;
     struct CUstream_st *s;
     cudaError_t rc = resolve_stream(h, &s);
-    if (!rc)
-        *device = s->device;
+    if (rc)
+        return rc;
+    if (s->cap_status != cudaStreamCaptureStatusNone) {
+        s->cap_status = cudaStreamCaptureStatusInvalidated;
+        return cudaErrorStreamCaptureUnsupported;
+    }
+    *device = s->device;
     return rc;
 }
 
