@@ -382,14 +382,22 @@ static void release_now(uint64_t threshold)
         release_and_count(free_bytes - threshold / 2, FA_REL_threshold); /* retries tcmalloc's credit itself */
 }
 
+/* An idle release is regretted once this much of it is committed again,
+ * even when that is less than half of it: a release that took a working
+ * set back together with memory nobody needs any more (what loading a
+ * model left free) cost a page fault for every byte of the working set
+ * all the same. */
+#define IDLE_REGRET ((uint64_t)128 << 20)
+
 /* Judge a learner's last release with `again` bytes committed since the
- * last tick: returns the new factor (its current one when unchanged). */
-static unsigned judge(learner *l, uint64_t again, uint64_t now)
+ * last tick: a regret once half of it, or `enough`, is committed again.
+ * Returns the new factor (its current one when unchanged). */
+static unsigned judge(learner *l, uint64_t again, uint64_t enough, uint64_t now)
 {
     if (!l->released)
         return l->factor;
     l->recommitted += again;
-    bool regret = l->recommitted >= l->released / 2;
+    bool regret = l->recommitted >= l->released / 2 || l->recommitted >= enough;
     if (!regret && now < l->until_ms)
         return l->factor;
     l->released = l->recommitted = 0;
@@ -414,13 +422,13 @@ static void judge_tick(uint64_t now)
     uint64_t again = commit > last_commit ? commit - last_commit : 0;
     last_commit = commit;
     uint64_t delay = delay_ms();
-    unsigned f = judge(&busy_l, again, now);
+    unsigned f = judge(&busy_l, again, UINT64_MAX, now);
     if (f != busy_l.factor) {
         busy_l.factor = f;
         fa_decay_init(&active, delay * f, now);
     }
     bool pending = idle_l.released;
-    f = judge(&idle_l, again, now);
+    f = judge(&idle_l, again, IDLE_REGRET, now);
     if (pending && !idle_l.released && f > idle_l.factor) { /* a regret */
         uint64_t end = spell_end_ms ? spell_end_ms : now;
         uint64_t cover = covering(end > spell_begin_ms ? end - spell_begin_ms : 0, delay, IDLE_MAX);
