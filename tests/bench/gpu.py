@@ -2,7 +2,7 @@
 """GPU workloads of the benchmark suite: run by run.py when a CUDA device is present, skipped with one
 line otherwise.  Also runnable alone:
 
-    gpu.py [--quick] [--reps N] [--only NAME...] [--build-dir DIR] [--json FILE]
+    gpu.py [--quick] [--reps N] [--warmup N] [--only NAME...] [--configs NAME...] [--build-dir DIR] [--json FILE]
     gpu.py --cpu      the PyTorch workloads, tiny, on the CPU: tries the scripts without a GPU
 
 Each workload runs natively ("driver": no preload) and under forgealloc with several device pool
@@ -64,6 +64,10 @@ def workloads(quick):
         ("torch-offload", "prompt change: 1.3 GB fp16 module to the CPU, empty_cache, back",
          lambda b: [sys.executable, os.path.join(BENCH_DIR, "gpu_torch.py"), "offload", "--prompts", str(prompts)],
          ("driver", "tcmalloc", "pool-default", "pool-25%"), {}, ("ms_per_change", "ms_empty_cache")),
+        ("torch-offload-idle", "the same with the host still 2.5 s after each prompt (the generation)",
+         lambda b: [sys.executable, os.path.join(BENCH_DIR, "gpu_torch.py"), "offload", "--prompts",
+                    str(max(prompts // 2, 5)), "--gap", "2.5"],
+         ("driver", "tcmalloc", "pool-default"), {}, ("ms_per_change", "ms_first_change", "ms_empty_cache")),
     )
 
 
@@ -117,7 +121,8 @@ def build(nvcc, bin_dir):
 
 
 def tcmalloc_lib():
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"):
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    for d in dirs + ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]:
         p = os.path.join(d, "libtcmalloc_minimal.so.4")
         if os.path.exists(p):
             return p
@@ -152,6 +157,9 @@ def run_one(argv, config, extra, forgealloc_lib, scratch):
             sample["driver_calls"] = d["driver_malloc_calls"] + d["driver_free_calls"]
             sample["pool_allocs"] = d["pool_allocs"]
             sample["fallback_allocs"] = d["fallback_allocs"]
+            sample["pool_type"] = d["pool_type"]
+            sample["pieces_created"] = d["pieces_created"]
+            sample["pool_bytes_at_exit"] = d["pool_bytes"]
     return sample
 
 
@@ -173,8 +181,12 @@ def fmt(v):
     return f"{v:.3f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v)
 
 
-def run(only=None, quick=False, reps=3, build_dir=None, forgealloc_lib=None, cpu=False):
-    """Run the GPU workloads; returns a JSON-able report, or None when skipped (one line printed)."""
+def run(only=None, quick=False, reps=3, build_dir=None, forgealloc_lib=None, cpu=False, configs=None, warmup=1,
+        json_path=None):
+    """Run the GPU workloads; returns a JSON-able report, or None when skipped (one line printed).
+    configs: only these configurations (of CONFIGS); warmup: rounds run first and discarded; json_path:
+    the report so far is written there after each workload, and each workload's rows are printed as
+    it ends, so a run cut short keeps what it measured."""
     build_dir = os.path.abspath(build_dir or os.path.join(REPO_DIR, "build"))
     forgealloc_lib = forgealloc_lib or os.path.join(build_dir, "libforgealloc.so")
     chosen = [w for w in workloads(quick) if not only or w[0] in only]
@@ -192,6 +204,7 @@ def run(only=None, quick=False, reps=3, build_dir=None, forgealloc_lib=None, cpu
     except (OSError, subprocess.CalledProcessError) as e:
         print(f"note: GPU workloads skipped: gpu_bench.cu did not build with {nvcc}: {e}")
         return None
+    only_configs = configs
     report = {"workloads": []}
     rows = []
     with tempfile.TemporaryDirectory(prefix="forgealloc-gpu-bench-") as scratch:
@@ -199,31 +212,39 @@ def run(only=None, quick=False, reps=3, build_dir=None, forgealloc_lib=None, cpu
             argv = argv_of(binary)
             if cpu:
                 argv = argv + ["--device", "cpu"]
-            configs = [c for c in configs if CONFIGS[c][0] != "tcmalloc" or tcmalloc_lib()]
+            configs = [c for c in configs if (CONFIGS[c][0] != "tcmalloc" or tcmalloc_lib())
+                       and (not only_configs or c in only_configs)]
             print(f"{name}: {' '.join(argv)}", file=sys.stderr, flush=True)
             samples = {c: [] for c in configs}
-            for rep in range(reps + 1):  # the first round is a discarded warm-up
+            for rep in range(warmup + reps):  # the warm-up rounds are discarded
                 for i in range(len(configs)):
                     c = configs[(i + rep) % len(configs)]
                     s = run_one(argv, c, extra, forgealloc_lib, scratch)
-                    if rep:
+                    if rep >= warmup:
                         samples[c].append(s)
             results = {}
             for c in configs:
                 results[c] = {"summary": summarize(samples[c], metrics), "samples": samples[c],
                               "failures": sorted({s["failure"] for s in samples[c] if not s.get("ok")})}
                 rows.append((name, c, results[c]))
+                print(row(name, c, results[c]), file=sys.stderr, flush=True)
             report["workloads"].append({"name": name, "models": models, "argv": argv, "env": extra,
                                         "results": results})
+            if json_path:
+                with open(json_path, "w") as f:
+                    json.dump(report, f, indent=1)
     print()
     print("GPU workloads (medians, min-max in brackets)")
     for name, c, r in rows:
-        if r["failures"]:
-            print(f"  {name:20} {c:13} FAILED: {r['failures'][0]}")
-            continue
-        parts = [f"{m} {fmt(v['median'])} [{fmt(v['min'])}-{fmt(v['max'])}]" for m, v in r["summary"].items()]
-        print(f"  {name:20} {c:13} " + "; ".join(parts))
+        print(row(name, c, r))
     return report
+
+
+def row(name, config, r):
+    if r["failures"]:
+        return f"  {name:20} {config:13} FAILED: {r['failures'][0]}"
+    parts = [f"{m} {fmt(v['median'])} [{fmt(v['min'])}-{fmt(v['max'])}]" for m, v in r["summary"].items()]
+    return f"  {name:20} {config:13} " + "; ".join(parts)
 
 
 def main():
@@ -234,11 +255,10 @@ def main():
     ap.add_argument("--build-dir")
     ap.add_argument("--json")
     ap.add_argument("--cpu", action="store_true", help="the PyTorch workloads, tiny, on the CPU")
+    ap.add_argument("--configs", nargs="+", choices=tuple(CONFIGS), help="only these configurations")
+    ap.add_argument("--warmup", type=int, default=1, help="rounds run first and discarded (default 1)")
     a = ap.parse_args()
-    report = run(a.only, a.quick, a.reps, a.build_dir, os.environ.get("FORGEALLOC_LIB"), a.cpu)
-    if a.json and report:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
+    run(a.only, a.quick, a.reps, a.build_dir, os.environ.get("FORGEALLOC_LIB"), a.cpu, a.configs, a.warmup, a.json)
     return 0
 
 

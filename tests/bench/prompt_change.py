@@ -12,8 +12,11 @@ prompt; one that never returns them holds them while nothing uses them.
 This builds the host side without a GPU: each prompt allocates and fills the
 encoder's tensors (timed: "offload"), sleeps --hold seconds, frees them and
 sleeps --gap seconds (the generation), and records RssAnon during the gap.
+With --loaded MB, the process first builds that much model on the host and
+frees it (moved to the GPU), as a WebUI does before its first prompt: the
+first gap then holds the leftover and the encoder's memory together.
 
-usage: prompt_change.py --encoder MB --prompts N --gap S [--hold S]
+usage: prompt_change.py --encoder MB --prompts N --gap S [--hold S] [--loaded MB]
 Prints one JSON object: offload_ms (median over prompts after the first),
 offload_ms_first, anon_gap_max / anon_gap_median (RssAnon late in each gap,
 bytes) and rss_baseline.
@@ -64,11 +67,15 @@ def main():
     parser.add_argument("--prompts", type=int, required=True, help="prompt changes")
     parser.add_argument("--gap", type=float, required=True, help="seconds the host sits still per prompt")
     parser.add_argument("--hold", type=float, default=0.2, help="seconds the encoder stays on the host")
+    parser.add_argument("--loaded", type=int, default=0, help="MiB of model built on the host and freed first")
     args = parser.parse_args()
     torch.set_num_threads(1)
     shapes = encoder_shapes(args.encoder * MIB)
 
     baseline = rss_anon_bytes()
+    if args.loaded:
+        model = [torch.empty(shape, dtype=torch.float16).fill_(1) for shape in encoder_shapes(args.loaded * MIB)]
+        del model
     offload, gap_anon = [], []
     for prompt in range(args.prompts):
         start = time.monotonic()

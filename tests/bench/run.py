@@ -83,6 +83,7 @@ SETTLE_S = 6  # an idle process: RSS is read this long after the last free
 MODEL_SIZES_MIB = ("100,160", "150,250,300,400")
 MODEL_CYCLES = (2, 3)
 PROMPT_ENCODER_MIB = ("100", "1300")  # SDXL's text encoders in fp16: about 1.3 GB
+PROMPT_LOADED_MIB = ("300", "3900")  # the model built on the host before the first prompt, then freed
 PROMPT_CHANGES = ("3", "6")
 PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
 PROMPT_BUSY_CHANGES = ("6", "10")  # back to back: the next prompt follows at once
@@ -193,6 +194,19 @@ WORKLOADS = (
         "text encoder moved to the host per prompt, freed, host still while the GPU generates",
         "prompt_change.py",
         ("--encoder", PROMPT_ENCODER_MIB, "--prompts", PROMPT_CHANGES, "--gap", PROMPT_GAP_S),
+        allocators=("glibc", "tcmalloc", "jemalloc", "forgealloc"),
+        metrics=(
+            ("offload_ms", "ms/offload", 1),
+            ("anon_gap_median", "MB anon between prompts", 1 / MB),
+        ),
+        needs_module="torch",
+    ),
+    Workload(
+        "prompt-change-loaded",
+        "the same after a model three times the encoder's size was built on the host and moved to the GPU",
+        "prompt_change.py",
+        ("--encoder", PROMPT_ENCODER_MIB, "--prompts", PROMPT_CHANGES, "--gap", PROMPT_GAP_S,
+         "--loaded", PROMPT_LOADED_MIB),
         allocators=("glibc", "tcmalloc", "jemalloc", "forgealloc"),
         metrics=(
             ("offload_ms", "ms/offload", 1),
