@@ -103,6 +103,9 @@ typedef struct __attribute__((aligned(64))) devstate {
     uint64_t target;         /* pool bytes wanted (kept once used) */
     uint64_t fallback_bytes; /* requested bytes of live driver allocations */
     uint64_t last_grow_ms;   /* CLOCK_MONOTONIC */
+    uint64_t grow_ns;        /* spent creating and moving pieces since the last sync */
+    uint64_t piece_ns;       /* what a piece created or moved costs (running mean; 0: none yet) */
+    uint64_t sync_ns;        /* what a sync that freed the quarantine cost (running mean; 0: none yet) */
     int used;                /* some cudaMalloc/cudaFree reached this device */
     unsigned generation;     /* resets so far: a pool is the same pool only within one */
     bool bound_sync;         /* a sync for QUARANTINE_MAX_BLOCKS is under way (fa_device_free) */
@@ -582,14 +585,23 @@ static bool vm_reserve(const fa_cudart *rt, devstate *d, int dev)
 
 /* Pre: d->lock held, d a ready piece pool.  One try at n bytes: calls says
  * whether driver calls are allowed (growing included). */
+/* A running mean that follows the latest values (weight 1/2). */
+static uint64_t follow(uint64_t mean, uint64_t v) { return mean ? mean / 2 + v / 2 : v; }
+
 static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
 {
     vmctx x = {fa_cudrv_get(fa_cudart_get()), d, dev};
     uintptr_t a = 0;
     unsigned created = 0;
-    uint64_t stolen = d->vm.stolen;
+    uint64_t stolen = d->vm.stolen, t0 = calls ? now_ns() : 0;
     fa_vm_result r = fa_vm_alloc(&d->vm, n, calls, calls && x.drv ? &vm_driver : NULL, &x, &a, &created);
-    ST_ADD(d, pieces_reused, d->vm.stolen - stolen);
+    uint64_t moved = d->vm.stolen - stolen;
+    ST_ADD(d, pieces_reused, moved);
+    if (created + moved) {
+        uint64_t spent = now_ns() - t0;
+        d->grow_ns += spent;
+        d->piece_ns = follow(d->piece_ns, spent / (created + moved));
+    }
     if (created && d->vm.mapped > d->target) {
         ST_ADD(d, pieces_grown, created);
         struct timespec ts;
@@ -799,13 +811,16 @@ static bool epoch_begin(devstate *d, epoch *e)
     return any;
 }
 
-/* The synchronisation begun at e succeeded: release its blocks (those of
- * the same pool: a reset in between made a new one, whose epochs are its
- * own). */
-static void epoch_end(devstate *d, epoch e)
+/* The synchronisation begun at e succeeded, after `waited` ns (0: not
+ * timed): release its blocks (those of the same pool: a reset in between
+ * made a new one, whose epochs are its own). */
+static void epoch_end(devstate *d, epoch e, uint64_t waited)
 {
     pthread_mutex_lock(&d->lock);
     d->bound_retry = 0; /* the device synchronises again */
+    d->grow_ns = 0;
+    if (waited)
+        d->sync_ns = follow(d->sync_ns, waited);
     if (d->generation == e.generation && d->state == READY && d->kind == KIND_VMM)
         fa_vm_sync_end(&d->vm, e.epoch);
     else if (d->generation == e.generation && d->state == READY && d->kind == KIND_CHUNKS)
@@ -827,13 +842,15 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
         absorb(rt, before);
         return false; /* the sync would wait for the wrong device */
     }
+    uint64_t t0 = now_ns();
     fa_cuda_error r = drv_sync(rt, d);
+    uint64_t waited = now_ns() - t0;
     if (cur >= 0 && cur != dev)
         rt->cudaSetDevice(cur);
     absorb(rt, before);
     if (r != 0)
         return false;
-    epoch_end(d, e);
+    epoch_end(d, e, waited ? waited : 1);
     return true;
 }
 
@@ -854,13 +871,38 @@ int fa_device_capture_before_begun(fa_cuda_stream s)
     return stream_device(rt, s);
 }
 
-/* The piece pool serves n bytes: ready memory, else idle pieces moved and
- * new ones created (grow before waiting), else every idle piece released
- * and created again (the driver ran short), else the same after a
- * synchronisation.  False if none of that serves: the driver answers. */
+/* What a sync is taken to cost before one was timed: about a kernel's
+ * worth of queued work. */
+#define SYNC_GUESS_NS 1000000u
+
+/* Pre: d->lock held.  Whether to synchronise (making the quarantined
+ * blocks reusable) rather than grow for n bytes.  Growing maps pieces,
+ * tens of microseconds each on a GPU (cuMemCreate, cuMemMap and
+ * cuMemSetAccess); a sync waits for the queued work: microseconds on an
+ * idle device, milliseconds behind a kernel.  The pool grows while what
+ * growing cost since the last sync, this request included, stays below
+ * what syncs cost lately, then syncs: never more than about twice the
+ * cheaper way, an idle device reuses the blocks it freed instead of
+ * taking the whole device, and a busy one grows a bounded amount between
+ * syncs.  Nothing to go on (no piece grown yet): grow. */
+static bool sync_pays(const devstate *d, size_t n)
+{
+    if (d->vm.quarantined < n || !d->piece_ns)
+        return false;
+    uint64_t pieces = n > FA_VM_GRANULE ? (n + FA_VM_GRANULE - 1) / FA_VM_GRANULE : 1;
+    return d->grow_ns + pieces * d->piece_ns >= (d->sync_ns ? d->sync_ns : SYNC_GUESS_NS);
+}
+
+/* The piece pool serves n bytes: ready memory, else (when a sync is the
+ * cheaper way: sync_pays) the quarantined blocks after a synchronisation,
+ * else idle pieces moved and new ones created, else every idle piece
+ * released and created again (the driver ran short), else the same after
+ * a synchronisation.  False if none of that serves: the driver answers. */
 static bool vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void **out)
 {
-    for (int round = 0; round < 2; round++) {
+    bool waited = false;  /* the sync chosen over growing was made */
+    bool last_sync = false; /* the sync made when nothing else served */
+    for (;;) {
         bool calls = !capturing();
         if (calls)
             bind_device(rt, dev);
@@ -869,23 +911,32 @@ static bool vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void *
             pthread_mutex_unlock(&d->lock);
             return false;
         }
-        bool ok = vm_try(d, dev, n, calls, out);
-        if (!ok && calls) {
-            /* A small block moves idle 2 MiB pieces itself; releasing them
-             * helps only a large one, or once freed blocks are back. */
-            uint32_t released = vm_release_idle(d, dev, 0, n >= FA_VM_LARGE_MIN || round == 1);
-            ST_ADD(d, pieces_released, released);
-            ok = released && vm_try(d, dev, n, calls, out);
+        bool ok = vm_try(d, dev, n, false, out); /* ready memory: no driver call */
+        bool wait = !ok && calls && !waited && sync_pays(d, n);
+        if (!ok && calls && !wait) {
+            ok = vm_try(d, dev, n, true, out);
+            if (!ok) {
+                /* A small block moves idle 2 MiB pieces itself; releasing
+                 * them helps only a large one, or once freed blocks are back. */
+                uint32_t released = vm_release_idle(d, dev, 0, n >= FA_VM_LARGE_MIN || last_sync);
+                ST_ADD(d, pieces_released, released);
+                ok = released && vm_try(d, dev, n, true, out);
+            }
         }
         bool quarantined = d->vm.quarantined > 0;
         sync_stats(d);
         pthread_mutex_unlock(&d->lock);
         if (ok)
             return true;
-        if (!calls || !quarantined || !sync_device(rt, d, dev))
+        if (wait) {
+            waited = true; /* whatever it gave, growing comes next */
+            sync_device(rt, d, dev);
+            continue;
+        }
+        if (!calls || !quarantined || last_sync || !sync_device(rt, d, dev))
             return false;
+        last_sync = true;
     }
-    return false;
 }
 
 /* Give something back to the driver that is short of memory: an idle
@@ -1303,7 +1354,7 @@ fa_cuda_error fa_device_synchronize(void)
     bool any = d && epoch_begin(d, &e);
     fa_cuda_error r = rt->cudaDeviceSynchronize();
     if (r == 0 && any) /* the application's sync frees our quarantine too */
-        epoch_end(d, e);
+        epoch_end(d, e, 0);
     return r;
 }
 

@@ -1494,9 +1494,26 @@ static int kind(int want_vmm)
     return failures;
 }
 
+/* Pairs of cudaMalloc and cudaFree of one size and nothing else, as a
+ * program without PyTorch's cache makes: run.py sets what mapping a piece
+ * and synchronising cost.  Prints the pool's counts. */
+static int pairs(size_t size, int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *p = dmalloc(size);
+        CHECK(p != NULL && cudaFree(p) == cudaSuccess);
+    }
+    printf("syncs %llu pieces_created %llu pool_bytes %llu fallback %llu\n",
+           (unsigned long long)stat_of("device.0.device_syncs"), (unsigned long long)stat_of("device.0.pieces_created"),
+           (unsigned long long)stat_of("device.0.pool_bytes"), (unsigned long long)stat_of("device.0.fallback_allocs"));
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "pairs") == 0)
+        return pairs((size_t)atoi(argc > 2 ? argv[2] : "20") * MiB, argc > 3 ? atoi(argv[3]) : 200) ? 1 : 0;
     if (strcmp(mode, "churn") == 0)
         return churn(argc > 2 ? atoi(argv[2]) : 1, argc > 3 ? atoi(argv[3]) : 20000) ? 1 : 0;
     if (strcmp(mode, "live_sums") == 0)

@@ -11,7 +11,9 @@
  *   cuMemCreate and cuMemAddressReserve slow: each takes effect (and is counted) at once and returns N ms later,
  *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits;
  *   FAKECUDA_SYNC_DELAY_MS=N (0..60000) makes cudaDeviceSynchronize wait N ms, lock not held, before the device's
- *   work lands (a GPU with that much work queued); fakecuda_set_sync_error makes it fail.
+ *   work lands (a GPU with that much work queued); fakecuda_set_sync_error makes it fail; FAKECUDA_VM_US=N
+ *   (0..60000) makes cuMemCreate, cuMemMap and cuMemSetAccess take N microseconds each, lock not held (on an
+ *   H100 they took 13-22, 1-2 and 30-60).
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
  *   event timing, sticky errors, per-thread default streams (they are the legacy stream), managed-memory migration.
@@ -152,6 +154,7 @@ static struct {
     int vmm;                   /* 1 supported, 0 devices report no support, -1 no entry points */
     unsigned delay_ms;         /* FAKECUDA_DELAY_MS */
     unsigned sync_delay_ms;    /* FAKECUDA_SYNC_DELAY_MS */
+    unsigned vm_us;            /* FAKECUDA_VM_US */
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
@@ -321,6 +324,7 @@ static void init_locked(void)
     }
     env_ms("FAKECUDA_DELAY_MS", &g.delay_ms);
     env_ms("FAKECUDA_SYNC_DELAY_MS", &g.sync_delay_ms);
+    env_ms("FAKECUDA_VM_US", &g.vm_us);
     size_t mem = FC_DEFAULT_MEM;
     if ((e = getenv("FAKECUDA_MEM")) && parse_size(e, &mem) != 0) {
         say("fakecuda: ignoring FAKECUDA_MEM=%s (want bytes, or a number with K, M, G or T)", e);
@@ -497,6 +501,14 @@ static void slow_return(enum fc_fn fn)
 {
     if (g.delay_ms && (fn == FN_cudaMalloc || fn == FN_cuMemCreate || fn == FN_cuMemAddressReserve))
         sleep_ms(g.delay_ms);
+    if (g.vm_us && (fn == FN_cuMemCreate || fn == FN_cuMemMap || fn == FN_cuMemSetAccess)) {
+        long want = (long)g.vm_us * 1000L;
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do /* spin: a sleep this short oversleeps by tens of microseconds */
+            clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < want);
+    }
 }
 
 /* ---- devices and their regions ------------------------------------------------------ */

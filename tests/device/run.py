@@ -329,6 +329,27 @@ def case_pressure():
     ok(run(["pressure"], FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="64M"), "pressure")
 
 
+def case_pairs():
+    """cudaMalloc/cudaFree pairs of 20 MiB with pieces as costly to map as on an H100 (FAKECUDA_VM_US=40 per
+    cuMemCreate, cuMemMap, cuMemSetAccess).  Idle device: a sync costs microseconds, so the pool syncs and reuses
+    the block it quarantined instead of mapping a new one each time (on the H100 it grew to the whole card, and
+    each pair cost 360 us against the driver's 88).  Behind 2 ms of queued work a sync costs more than growing:
+    the pool grows, and syncs once growing has cost what a sync does."""
+    pairs = 400
+    r = ok(run(["pairs", "20", str(pairs)], FAKECUDA_MEM="8G", FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_VM_US="40"),
+           "pairs, idle device")
+    m = metrics(r)
+    print("idle:", r.stdout.strip())
+    check(m["pool_bytes"] <= 256 << 20, f"the pool grew past its size on an idle device: {m}")
+    check(m["syncs"] >= pairs * 9 // 10, f"the pool mapped pieces where a sync was cheaper: {m}")
+    r = ok(run(["pairs", "20", str(pairs)], FAKECUDA_MEM="8G", FORGEALLOC_DEVICE_POOL_SIZE="256M", FAKECUDA_VM_US="40",
+               FAKECUDA_SYNC_DELAY_MS="2"), "pairs, busy device")
+    m = metrics(r)
+    print("busy:", r.stdout.strip())
+    check(0 < m["syncs"] <= pairs // 10, f"syncs behind queued work: {m}")
+    check(m["pool_bytes"] <= 2 << 30, f"the pool took {m['pool_bytes']} bytes for one 20 MiB block at a time")
+
+
 def case_giveback():
     """What the pool grew beyond FORGEALLOC_DEVICE_POOL_SIZE goes back after
     about 10 s idle, from the background thread, with no call of the
