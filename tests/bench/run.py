@@ -210,6 +210,7 @@ WORKLOADS = (
         allocators=("glibc", "tcmalloc", "jemalloc", "forgealloc"),
         metrics=(
             ("offload_ms", "ms/offload", 1),
+            ("offload_ms_mean", "ms/offload mean", 1),
             ("anon_gap_median", "MB anon between prompts", 1 / MB),
         ),
         needs_module="torch",
