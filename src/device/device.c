@@ -884,15 +884,10 @@ int fa_device_capture_before_begun(fa_cuda_stream s)
  * what syncs cost lately, then syncs: never more than about twice the
  * cheaper way, an idle device reuses the blocks it freed instead of
  * taking the whole device, and a busy one grows a bounded amount between
- * syncs.  Nothing to go on (no piece grown yet): grow.  And past twice the
- * pool's size, quarantined blocks are not worth more memory: sync. */
+ * syncs.  Nothing to go on (no piece grown yet): grow. */
 static bool sync_pays(const devstate *d, size_t n)
 {
-    if (d->vm.quarantined < n)
-        return false;
-    if (d->vm.mapped + n > 2 * d->target)
-        return true;
-    if (!d->piece_ns)
+    if (d->vm.quarantined < n || !d->piece_ns)
         return false;
     /* A large block is one piece of its own size, which costs about what a
      * 2 MiB piece does; a smaller one takes a piece per 2 MiB granule. */

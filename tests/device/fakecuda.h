@@ -293,6 +293,11 @@ FAKECUDA_API unsigned long fakecuda_stale_stream_uses(void);
  * sticky error, as far as synchronisation goes) until called with 0. */
 FAKECUDA_API void fakecuda_set_sync_error(int err);
 
+/* Make a cudaDeviceSynchronize that finds work queued on the device wait
+ * ms first (a GPU busy with that much), until called with 0; with nothing
+ * queued it returns at once. */
+FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms);
+
 /* The bytes of an IPC handle from cudaIpcGetMemHandle: this struct at the
  * start of the 64-byte handle, the rest zero. */
 struct fakecuda_ipc_payload {

@@ -156,6 +156,7 @@ static struct {
     unsigned sync_delay_ms;    /* FAKECUDA_SYNC_DELAY_MS */
     unsigned vm_us;            /* FAKECUDA_VM_US */
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
+    unsigned busy_sync_ms;     /* fakecuda_set_busy_sync_ms */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
     struct vm_reservation *freed_va; /* address space given back: work landing there faults */
@@ -1989,10 +1990,10 @@ FAKECUDA_API cudaError_t cudaDeviceSynchronize(void)
     cudaError_t rc = enter(FN_cudaDeviceSynchronize);
     if (!rc && g.sync_error)
         rc = g.sync_error; /* nothing lands, as after a sticky error */
-    if (!rc && g.sync_delay_ms) {
+    unsigned ms = g.sync_delay_ms ? g.sync_delay_ms : g.busy_sync_ms && pending_on(tl_device) ? g.busy_sync_ms : 0;
+    if (!rc && ms) {
         /* The queued work takes this long: other threads call (and queue
          * more) meanwhile; what is queued when the wait ends lands. */
-        unsigned ms = g.sync_delay_ms;
         unlock();
         sleep_ms(ms);
         lock();
@@ -2529,6 +2530,13 @@ FAKECUDA_API void fakecuda_set_sync_error(int err)
 {
     lock();
     g.sync_error = (cudaError_t)err;
+    unlock();
+}
+
+FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms)
+{
+    lock();
+    g.busy_sync_ms = ms;
     unlock();
 }
 

@@ -108,10 +108,12 @@ static uint64_t monotonic_ms(void)
 }
 
 /* 48 pairs of 20 MiB, each freed with work still queued on it, through a
- * 256 MiB pool on a 2 GiB device: the pool grows instead of waiting (no
- * device sync), and the background gives the growth back after an idle
- * spell - not before - once the queued work is done (a sync there), so
- * no piece it releases is touched later.  The clock is the caller's. */
+ * 256 MiB pool on a 2 GiB device whose syncs wait 20 ms while work is
+ * queued: the pool grows instead of waiting (at most one device sync, the
+ * one that shows syncs wait now: the earlier test's were instant), and the
+ * background gives the growth back after an idle spell - not before -
+ * once the queued work is done (a sync there), so no piece it releases
+ * is touched later.  The clock is the caller's. */
 static void test_grow_then_give_back(void **state)
 {
     (void)state;
@@ -120,6 +122,7 @@ static void test_grow_then_give_back(void **state)
     if (!snap.dev[0].vmm)
         skip(); /* the chunk pool waits instead: its own tests cover it */
     fa_device_synchronize();
+    fakecuda_set_busy_sync_ms(20);
     uint64_t syncs = fakecuda_calls("cudaDeviceSynchronize");
     for (int i = 0; i < 48; i++) {
         void *p = NULL;
@@ -128,16 +131,16 @@ static void test_grow_then_give_back(void **state)
         assert_int_equal(fa_device_free(p), 0);
     }
     stat0(&snap);
-    assert_int_equal(fakecuda_calls("cudaDeviceSynchronize"), syncs); /* 0 device syncs */
-    assert_int_equal(fakecuda_pending(0), 48);
-    assert_true(snap.dev[0].pool_bytes >= 48 * 20 * MiB);
+    assert_true(fakecuda_calls("cudaDeviceSynchronize") - syncs <= 1);
+    assert_true(fakecuda_pending(0) > 0);
+    assert_true(snap.dev[0].pool_bytes >= 46 * 20 * MiB);
     assert_true(snap.dev[0].pieces_grown > 0);
     assert_true(fa_device_background_wanted());
 
     uint64_t now = monotonic_ms();
     fa_device_background(now + 5000); /* too early: nothing goes */
     stat0(&snap);
-    assert_true(snap.dev[0].pool_bytes >= 48 * 20 * MiB);
+    assert_true(snap.dev[0].pool_bytes >= 46 * 20 * MiB);
     assert_int_equal(snap.dev[0].pieces_given_back, 0);
     assert_true(fa_device_background_wanted());
 
@@ -152,6 +155,7 @@ static void test_grow_then_give_back(void **state)
     fa_device_background(now + 30000);           /* and cheap to call */
     stat0(&snap);
     assert_int_equal(snap.dev[0].pool_bytes, 256 * MiB);
+    fakecuda_set_busy_sync_ms(0);
 }
 
 static void *first_malloc(void *arg)
