@@ -12,7 +12,7 @@
 # Writes env.txt (GPU, driver, CUDA, PyTorch), build.txt, ctest.txt (every check's values, natively and
 # under the shim), offload.json and device.json (tests/bench/gpu.py's reports) and log.txt.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 budget=${BUDGET_S:-3600}
 build=${BUILD:-build-gpu}
 out=${1:-$build/gpu-check}
@@ -68,4 +68,4 @@ say "ctest exit $?"
 grep -E "Test +#|tests passed|tests failed" "$out/ctest.txt"
 bench device.json --only gpu-pairs-idle gpu-pairs-busy gpu-threads torch-train torch-train-nocache torch-webui \
     --configs driver pool-256M pool-default pool-25% --reps 2 --quick
-say done
+say finished
