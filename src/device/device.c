@@ -583,11 +583,12 @@ static bool vm_reserve(const fa_cudart *rt, devstate *d, int dev)
     return true;
 }
 
-/* Pre: d->lock held, d a ready piece pool.  One try at n bytes: calls says
- * whether driver calls are allowed (growing included). */
 /* A running mean that follows the latest values (weight 1/2). */
 static uint64_t follow(uint64_t mean, uint64_t v) { return mean ? mean / 2 + v / 2 : v; }
 
+/* Pre: d->lock held, d a ready piece pool.  One try at n bytes: calls says
+ * whether driver calls are allowed (growing included); what creating and
+ * moving pieces took is counted (grow_ns, piece_ns). */
 static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
 {
     vmctx x = {fa_cudrv_get(fa_cudart_get()), d, dev};

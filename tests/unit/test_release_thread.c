@@ -311,6 +311,19 @@ static void test_retire_before_creator_returns(void **state)
     assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
 }
 
+/* One cycle of a working set of n 4 MB blocks at base: allocated, freed,
+ * then `sleep` ms asleep.  Returns what the delay returned meanwhile. */
+static uint64_t cycle_of(uintptr_t base, uintptr_t n, long sleep)
+{
+    uint64_t before = released(FA_REL_delay);
+    for (uintptr_t i = 0; i < n; i++)
+        large_alloc(base + (i << 32), 4 * MB);
+    for (uintptr_t i = 0; i < n; i++)
+        large_free(base + (i << 32));
+    sleep_ms(sleep);
+    return released(FA_REL_delay) - before;
+}
+
 /* A program that frees a large working set, sits still a while and needs
  * it again (a text encoder moved to the host for each prompt): the first
  * cycles pay for a return, then the hold grows past the cycle and the
@@ -323,15 +336,8 @@ static void test_regret_stretches_hold(void **state)
     fa_background_start();
     uintptr_t base = (uintptr_t)5 << 44;
     uint64_t hold0 = fa_release_hold_ms(), returned[8];
-    for (int cycle = 0; cycle < 8; cycle++) {
-        uint64_t before = released(FA_REL_delay);
-        for (uintptr_t i = 0; i < 50; i++)
-            large_alloc(base + (i << 32), 4 * MB);
-        for (uintptr_t i = 0; i < 50; i++)
-            large_free(base + (i << 32));
-        sleep_ms(900); /* 3x the 300 ms delay: quiet by the first hold */
-        returned[cycle] = released(FA_REL_delay) - before;
-    }
+    for (int cycle = 0; cycle < 8; cycle++)
+        returned[cycle] = cycle_of(base, 50, 900); /* 3x the 300 ms delay: quiet by the first hold */
     assert_true(returned[0] >= 150 * MB);    /* the first gap looked idle */
     assert_true(fa_release_hold_ms() > 900); /* the hold outgrew the gap */
     assert_true(fa_release_hold_ms() > hold0);
@@ -357,20 +363,10 @@ static void test_regret_after_leftover(void **state)
     load("300ms", "32M");
     fa_background_start();
     uintptr_t base = (uintptr_t)6 << 44;
-    for (uintptr_t i = 0; i < 250; i++)
-        large_alloc(base + (i << 32), 4 * MB);
-    for (uintptr_t i = 0; i < 250; i++)
-        large_free(base + (i << 32));
+    cycle_of(base, 250, 0); /* the leftover: 1,000 MB */
     uint64_t returned[6];
-    for (int cycle = 0; cycle < 6; cycle++) {
-        uint64_t before = released(FA_REL_delay);
-        for (uintptr_t i = 0; i < 50; i++)
-            large_alloc(base + (i << 32), 4 * MB);
-        for (uintptr_t i = 0; i < 50; i++)
-            large_free(base + (i << 32));
-        sleep_ms(900);
-        returned[cycle] = released(FA_REL_delay) - before;
-    }
+    for (int cycle = 0; cycle < 6; cycle++)
+        returned[cycle] = cycle_of(base, 50, 900);
     assert_true(returned[0] >= 900 * MB); /* the leftover and the working set */
     for (int cycle = 1; cycle < 6; cycle++)
         assert_int_equal(returned[cycle], 0);
