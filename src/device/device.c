@@ -872,6 +872,34 @@ int fa_device_capture_before_begun(fa_cuda_stream s)
     return stream_device(rt, s);
 }
 
+/* Pre: d->lock held.  The most a sync and giving back could add to what
+ * the driver has free: idle pieces, and what the quarantine holds (the
+ * pieces a sync makes idle, or its bytes if more); idle chunks and
+ * quarantined bytes. */
+static uint64_t reach_locked(const devstate *d)
+{
+    if (d->state == READY && d->kind == KIND_VMM)
+        return d->vm.idle + (d->vm.reclaimable > d->vm.quarantined ? d->vm.reclaimable : d->vm.quarantined);
+    if (d->state == READY && d->kind == KIND_CHUNKS)
+        return fa_pool_idle(&d->pool) + d->pool.quarantined;
+    return 0;
+}
+
+/* Whether n bytes are beyond what the driver has free on the thread's
+ * device plus `reach`: then neither a sync nor giving memory back can
+ * serve the request; they would only cost a wait and the pieces released
+ * (created again by the next requests): a request larger than the device,
+ * or a program probing for the largest block that fits.  False when the
+ * driver cannot say. */
+static bool beyond_reach(const fa_cudart *rt, size_t n, uint64_t reach)
+{
+    size_t f = 0, t = 0;
+    fa_cuda_error before = error_peek(rt);
+    bool known = rt->cudaMemGetInfo && rt->cudaMemGetInfo(&f, &t) == 0;
+    absorb(rt, before);
+    return known && n > (uint64_t)f + reach;
+}
+
 /* What a sync is taken to cost before one was timed: about a kernel's
  * worth of queued work. */
 #define SYNC_GUESS_NS 1000000u
@@ -916,9 +944,11 @@ static bool vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void *
         }
         bool ok = vm_try(d, dev, n, false, out); /* ready memory: no driver call */
         bool wait = !ok && calls && !waited && sync_pays(d, n);
+        bool hopeless = false;
         if (!ok && calls && !wait) {
             ok = vm_try(d, dev, n, true, out);
-            if (!ok) {
+            hopeless = !ok && beyond_reach(rt, n, reach_locked(d));
+            if (!ok && !hopeless) {
                 /* A small block moves idle 2 MiB pieces itself; releasing
                  * them helps only a large one, or once freed blocks are back. */
                 uint32_t released = vm_release_idle(d, dev, 0, n >= FA_VM_LARGE_MIN || last_sync);
@@ -926,7 +956,7 @@ static bool vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void *
                 ok = released && vm_try(d, dev, n, true, out);
             }
         }
-        bool quarantined = d->vm.quarantined > 0;
+        bool quarantined = d->vm.quarantined > 0 && !hopeless;
         sync_stats(d);
         pthread_mutex_unlock(&d->lock);
         if (ok)
@@ -977,6 +1007,11 @@ static fa_cuda_error driver_alloc(const fa_cudart *rt, devstate *d, int dev, voi
     for (;;) {
         r = drv_malloc(rt, d, out, n);
         if (r != FA_CUDA_ERROR_MEMORY_ALLOCATION || capturing())
+            break;
+        pthread_mutex_lock(&d->lock);
+        uint64_t reach = reach_locked(d);
+        pthread_mutex_unlock(&d->lock);
+        if (beyond_reach(rt, n, reach))
             break;
         if (sync_device(rt, d, dev) && pool_alloc(d, dev, n, out)) {
             absorb(rt, before); /* served after all: no error remains */
