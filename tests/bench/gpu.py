@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from libs import find_library
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
 MiB = 1 << 20
@@ -121,12 +123,9 @@ def build(nvcc, bin_dir):
 
 
 def tcmalloc_lib():
-    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    for d in dirs + ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]:
-        p = os.path.join(d, "libtcmalloc_minimal.so.4")
-        if os.path.exists(p):
-            return p
-    return None
+    """Plain tcmalloc, found where the loader would look first (LD_LIBRARY_PATH), or None."""
+    first = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    return find_library("libtcmalloc_minimal.so.4", first) or None
 
 
 def run_one(argv, config, extra, forgealloc_lib, scratch):

@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import gpu  # the GPU workloads (gpu.py): run when a CUDA device is present
+from libs import find_library
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
@@ -322,24 +323,6 @@ WORKLOADS = (
         metrics=DEVICE_METRICS,
     ),
 )
-
-
-def find_library(soname):
-    """Path of soname: the multiarch directories first, then ldconfig's cache."""
-    multiarch = getattr(sys.implementation, "_multiarch", "")
-    for directory in (f"/usr/lib/{multiarch}", f"/lib/{multiarch}", "/usr/lib64", "/usr/lib"):
-        path = os.path.join(directory, soname)
-        if os.path.exists(path):
-            return path
-    try:
-        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return ""
-    for line in cache.splitlines():
-        name, _, path = line.strip().partition(" => ")
-        if name.split(" (")[0] == soname and os.path.exists(path):
-            return path
-    return ""
 
 
 def discover_allocators(forgealloc_lib, stats_file):
