@@ -1990,8 +1990,11 @@ FAKECUDA_API cudaError_t cudaDeviceSynchronize(void)
     cudaError_t rc = enter(FN_cudaDeviceSynchronize);
     if (!rc && g.sync_error)
         rc = g.sync_error; /* nothing lands, as after a sticky error */
-    unsigned ms = g.sync_delay_ms ? g.sync_delay_ms : g.busy_sync_ms && pending_on(tl_device) ? g.busy_sync_ms : 0;
-    if (!rc && ms) {
+    unsigned ms = rc                ? 0
+                  : g.sync_delay_ms ? g.sync_delay_ms
+                  : g.busy_sync_ms && pending_on(tl_device) ? g.busy_sync_ms
+                                                             : 0;
+    if (ms) {
         /* The queued work takes this long: other threads call (and queue
          * more) meanwhile; what is queued when the wait ends lands. */
         unlock();
