@@ -19,7 +19,9 @@
  *    synchronising cudaFree, and never holds more than its size;
  *  - no synchronisation and no driver call of the pool's while a stream
  *    capture is in progress (a sync would invalidate the capture):
- *    requests that ready memory cannot serve go to the driver;
+ *    requests that ready memory cannot serve go to the driver; a capture
+ *    begins only after the pool's syncs and background calls under way
+ *    have returned (sections);
  *  - a free the runtime would refuse for a cudaMalloc block is refused
  *    alike, with its error, and the block stays allocated: cudaFree during
  *    a stream capture where the capture mode prohibits it, cudaFreeAsync on
@@ -225,6 +227,39 @@ static fa_cuda_error drv_free(const fa_cudart *rt, devstate *d, void *p, fa_cuda
 
 static bool capturing(void) { return __atomic_load_n(&captures, __ATOMIC_ACQUIRE) > 0; }
 
+/* Sections: the pool's own synchronisations and background driver calls,
+ * which a capture must not overlap (a sync during a capture invalidates
+ * it, on whichever thread it runs).  A section is entered only while no
+ * capture runs or is about to begin, and a capture begins only once the
+ * sections entered before it was announced have left: the check and the
+ * calls after it cannot straddle the capture's begin.  Each side writes
+ * its counter before it reads the other's (sequentially consistent), so
+ * at least one of them sees the other. */
+static int sections;
+
+static bool section_enter(void)
+{
+    __atomic_fetch_add(&sections, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&captures, __ATOMIC_SEQ_CST) == 0)
+        return true;
+    __atomic_fetch_sub(&sections, 1, __ATOMIC_SEQ_CST);
+    return false;
+}
+
+static void section_leave(void) { __atomic_fetch_sub(&sections, 1, __ATOMIC_RELEASE); }
+
+/* A capture is about to begin: counted from now (no section enters), then
+ * wait for the sections under way (a sync may take as long as the queued
+ * work). */
+static void capture_announce(void)
+{
+    __atomic_fetch_add(&captures, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&sections, __ATOMIC_SEQ_CST) > 0) {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Streams in capture, as begun through the shim.  A capture is over when
  * the runtime says so after its cudaStreamEndCapture (whatever that
  * returned), when its stream is destroyed, and at a cudaDeviceReset of its
@@ -263,10 +298,14 @@ static int stream_device(const fa_cudart *rt, fa_cuda_stream s)
     return dev;
 }
 
+/* After the capture's begin (announced by fa_device_capture_before_begun):
+ * counted from the announcement on, and no longer if it failed. */
 void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r, int dev)
 {
-    if (r != 0)
+    if (r != 0) {
+        __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL);
         return;
+    }
     pthread_mutex_lock(&capture_lock);
     int i = 0;
     while (i < CAPTURE_SLOTS && capture_used[i])
@@ -278,7 +317,6 @@ void fa_device_capture_begun(fa_cuda_stream s, fa_cuda_error r, int dev)
     } else {
         capture_unslotted++;
     }
-    __atomic_fetch_add(&captures, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_unlock(&capture_lock);
 }
 
@@ -835,12 +873,17 @@ static void epoch_end(devstate *d, epoch e, uint64_t waited)
 static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
 {
     epoch e;
-    if (capturing() || !rt->cudaDeviceSynchronize || !epoch_begin(d, &e))
+    if (!rt->cudaDeviceSynchronize || !section_enter())
         return false;
+    if (!epoch_begin(d, &e)) {
+        section_leave();
+        return false;
+    }
     fa_cuda_error before = error_peek(rt);
     int cur = thread_device(rt);
     if (cur != dev && (!rt->cudaSetDevice || rt->cudaSetDevice(dev) != 0)) {
         absorb(rt, before);
+        section_leave();
         return false; /* the sync would wait for the wrong device */
     }
     uint64_t t0 = now_ns();
@@ -849,6 +892,7 @@ static bool sync_device(const fa_cudart *rt, devstate *d, int dev)
     if (cur >= 0 && cur != dev)
         rt->cudaSetDevice(cur);
     absorb(rt, before);
+    section_leave();
     if (r != 0)
         return false;
     epoch_end(d, e, waited ? waited : 1);
@@ -869,7 +913,9 @@ int fa_device_capture_before_begun(fa_cuda_stream s)
     int dev = pool_device(rt);
     if (dev >= 0)
         sync_device(rt, &devs[dev], dev); /* none when nothing waits; leaves no error */
-    return stream_device(rt, s);
+    int sdev = stream_device(rt, s);
+    capture_announce();
+    return sdev;
 }
 
 /* Pre: d->lock held.  The most a sync and giving back could add to what
@@ -1342,10 +1388,11 @@ fa_cuda_error fa_device_reset(void)
      * A failed sync (a sticky error) is the reset's to clear.  Not while
      * another device's stream captures: a sync would invalidate that. */
     if (state_of(d) == READY && __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE) == KIND_VMM &&
-        rt->cudaDeviceSynchronize && !capturing()) {
+        rt->cudaDeviceSynchronize && section_enter()) {
         fa_cuda_error before = error_peek(rt);
         if (drv_sync(rt, d) != 0)
             absorb(rt, before);
+        section_leave();
     }
     pthread_mutex_lock(&d->lock);
     while (d->state == RESERVING || d->state == RESETTING)
@@ -1447,7 +1494,7 @@ void fa_device_background(uint64_t now_ms)
 {
     if (!__atomic_exchange_n(&background_wanted, 0, __ATOMIC_ACQ_REL))
         return;
-    if (capturing()) { /* no driver call of the pool's during a capture: look again after it */
+    if (!section_enter()) { /* no driver call of the pool's during a capture: look again after it */
         __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
         return;
     }
@@ -1482,6 +1529,7 @@ void fa_device_background(uint64_t now_ms)
     }
     if (cur >= 0 && rt->cudaSetDevice)
         rt->cudaSetDevice(cur); /* the thread's device as it was */
+    section_leave();
     if (again)
         __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
 }
@@ -1558,7 +1606,7 @@ void fa_device_fork_child(void)
     }
     fallback = (fa_ptrmap){0};
     memset(passthrough, 0, sizeof passthrough);
-    captures = 0;
+    captures = sections = 0;
     capture_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     memset(capture_used, 0, sizeof capture_used);
     capture_unslotted = 0;

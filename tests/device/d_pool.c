@@ -1484,6 +1484,108 @@ static int giveback(double wait_s, bool capture)
     return failures;
 }
 
+/* ---- a capture begins while another thread's pool synchronises ------------------------------------- */
+
+/* A thread in relaxed capture mode (the runtime allows its cudaMalloc and
+ * cudaFree during any capture) makes requests that the pool serves after a
+ * sync of its own; another thread begins and ends captures in global mode.
+ * Outside captures the pool syncs, during them it must not: a sync that
+ * found no capture just before one began would invalidate it.  Run with
+ * a 64 MiB pool and pieces as costly to map as on an H100, where a sync
+ * is the cheaper way to serve what was just freed. */
+static cudaStream_t race_stream;
+static int race_begun; /* the other thread's cudaStreamBeginCapture returned */
+static cudaError_t race_begin_rc;
+
+static void *race_begin_thread(void *arg)
+{
+    (void)arg;
+    race_begin_rc = cudaStreamBeginCapture(race_stream, cudaStreamCaptureModeGlobal);
+    __atomic_store_n(&race_begun, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static pthread_t race_thread;
+
+/* The pool's sync, held up on its way in: another thread begins a
+ * capture, given 200 ms to do so. */
+static void race_hook(void)
+{
+    CHECK(pthread_create(&race_thread, NULL, race_begin_thread, NULL) == 0);
+    for (int i = 0; i < 200 && !__atomic_load_n(&race_begun, __ATOMIC_ACQUIRE); i++)
+        sleep_s(0.001);
+}
+
+static int race_done;
+
+static void *race_pairs_thread(void *arg)
+{
+    unsigned long *pairs = arg;
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    while (!__atomic_load_n(&race_done, __ATOMIC_ACQUIRE)) {
+        void *p = NULL;
+        CHECK(cudaMalloc(&p, 20 * MiB) == cudaSuccess && cudaFree(p) == cudaSuccess);
+        ++*pairs;
+    }
+    return NULL;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* First the sync held up while a capture begins; then n captures, each
+ * after a gap of 0-30 us, while the other thread makes 20 MiB pairs. */
+static int capture_race(int n)
+{
+    CHECK(cudaStreamCreateWithFlags(&race_stream, 1 /* non-blocking */) == cudaSuccess);
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    void *a = dmalloc(32 * MiB), *b = dmalloc(32 * MiB); /* the pool is full */
+    CHECK(cudaFree(a) == cudaSuccess);                   /* quarantined */
+    uint64_t syncs = stat_of("device.0.device_syncs");
+    fakecuda_set_sync_entry_hook(race_hook);
+    void *c = NULL;
+    CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess); /* served after the pool's sync */
+    CHECK(stat_of("device.0.device_syncs") > syncs);
+    pthread_join(race_thread, NULL);
+    CHECK(race_begin_rc == cudaSuccess);
+    cudaGraph_t g = NULL;
+    cudaError_t end = cudaStreamEndCapture(race_stream, &g);
+    printf("held_up_sync end_capture %d\n", (int)end);
+    CHECK(end == cudaSuccess); /* not invalidated */
+    cudaGetLastError();
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(cudaFree(b) == cudaSuccess && cudaFree(c) == cudaSuccess);
+
+    pthread_t t;
+    unsigned long pairs = 0;
+    CHECK(pthread_create(&t, NULL, race_pairs_thread, &pairs) == 0);
+    int invalidated = 0;
+    unsigned seed = 1;
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        double until = mono_s() + (double)((seed >> 8) % 30) * 1e-6;
+        while (mono_s() < until)
+            ;
+        CHECK(cudaStreamBeginCapture(race_stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+        if (cudaStreamEndCapture(race_stream, &g) != cudaSuccess)
+            invalidated++;
+    }
+    __atomic_store_n(&race_done, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    cudaGetLastError();
+    CHECK(cudaStreamDestroy(race_stream) == cudaSuccess);
+    printf("captures %d invalidated %d pairs %lu syncs %llu\n", n, invalidated, pairs,
+           (unsigned long long)stat_of("device.0.device_syncs"));
+    CHECK(invalidated == 0);
+    return failures;
+}
+
 /* ---- which pool serves ------------------------------------------------------------------------------ */
 
 static int kind(int want_vmm)
@@ -1553,6 +1655,8 @@ int main(int argc, char **argv)
         return capture() ? 1 : 0;
     if (strcmp(mode, "capture_free") == 0)
         return capture_free() ? 1 : 0;
+    if (strcmp(mode, "capture_race") == 0)
+        return capture_race(argc > 2 ? atoi(argv[2]) : 1000) ? 1 : 0;
     if (strcmp(mode, "free_async_refused") == 0)
         return free_async_refused() ? 1 : 0;
     if (strcmp(mode, "pending_error") == 0)
@@ -1584,7 +1688,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
-                    "|reset_race|errors|capture|capture_free|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

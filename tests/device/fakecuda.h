@@ -298,6 +298,12 @@ FAKECUDA_API void fakecuda_set_sync_error(int err);
  * queued it returns at once. */
 FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms);
 
+/* Run fn once, on the thread of the next cudaDeviceSynchronize, as that
+ * call enters and before it does anything (the stand-in's lock not held):
+ * a thread held up between deciding to synchronise and the call, while
+ * other threads go on. */
+FAKECUDA_API void fakecuda_set_sync_entry_hook(void (*fn)(void));
+
 /* The bytes of an IPC handle from cudaIpcGetMemHandle: this struct at the
  * start of the 64-byte handle, the rest zero. */
 struct fakecuda_ipc_payload {

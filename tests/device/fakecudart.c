@@ -157,6 +157,7 @@ static struct {
     unsigned vm_us;            /* FAKECUDA_VM_US */
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
     unsigned busy_sync_ms;     /* fakecuda_set_busy_sync_ms */
+    void (*sync_entry_hook)(void); /* fakecuda_set_sync_entry_hook */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
     struct vm_reservation *freed_va; /* address space given back: work landing there faults */
@@ -1987,6 +1988,9 @@ FAKECUDA_API cudaError_t cudaDeviceReset(void)
 
 FAKECUDA_API cudaError_t cudaDeviceSynchronize(void)
 {
+    void (*hook)(void) = __atomic_exchange_n(&g.sync_entry_hook, NULL, __ATOMIC_ACQ_REL);
+    if (hook)
+        hook(); /* the caller is held up on its way in, lock not held */
     cudaError_t rc = enter(FN_cudaDeviceSynchronize);
     if (!rc && g.sync_error)
         rc = g.sync_error; /* nothing lands, as after a sticky error */
@@ -2542,6 +2546,8 @@ FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms)
     g.busy_sync_ms = ms;
     unlock();
 }
+
+FAKECUDA_API void fakecuda_set_sync_entry_hook(void (*fn)(void)) { __atomic_store_n(&g.sync_entry_hook, fn, __ATOMIC_RELEASE); }
 
 FAKECUDA_API size_t fakecuda_pieces(int device)
 {

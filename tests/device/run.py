@@ -160,6 +160,16 @@ def case_capture_free():
     ok(run(["capture_free"], FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_MEM="96M"), "cudaFree during a capture")
 
 
+def case_capture_race():
+    """A capture begun by one thread while another's pool synchronises: held up on its way into the sync (the
+    stand-in's hook), the pool's sync must not run into the capture, which ends valid; then 20,000 captures begun
+    and ended while another thread makes cudaMalloc/cudaFree pairs that the pool serves after syncs of its own."""
+    r = ok(run(["capture_race", "20000"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_VM_US="40"),
+           "captures racing the pool's syncs")
+    m = metrics(r)
+    check(m.get("syncs", 0) > 100, f"the pool hardly synchronised, nothing raced: {r.stdout}")
+
+
 def case_pending_error():
     """An error the program left pending is what it reads after calls the pool served with internal calls
     that failed (the pool's own errors are not left in its place)."""
