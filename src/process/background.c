@@ -275,6 +275,23 @@ void fa_background_start(void)
                 start_failure());
 }
 
+/* Wait up to steps x 0.1 ms for the thread to be gone: once the kernel no
+ * longer knows its id (0 until a thread just created has told it). */
+static void wait_gone(int steps)
+{
+    pid_t pid = getpid();
+    for (int i = 0; i < steps; i++) {
+        pid_t tid = __atomic_load_n(&thread_tid, __ATOMIC_ACQUIRE);
+        if (tid > 0 && syscall(SYS_tgkill, pid, tid, 0) != 0)
+            break;
+        struct timespec ts = {0, 100000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* At exit: the thread leaves before the process does.  A process whose
+ * helper thread is still alive at exit_group takes longer to end (800 MB
+ * resident: about 20 ms more, on the machine the benchmarks run on). */
 void fa_background_stop(void)
 {
     __atomic_store_n(&stopping, 1, __ATOMIC_SEQ_CST);
@@ -287,6 +304,9 @@ void fa_background_stop(void)
         struct timespec ts = {0, 1000000L};
         nanosleep(&ts, NULL);
     }
+    int saved = errno;
+    wait_gone(500);
+    errno = saved;
 }
 
 /* Python 3.12 and later warn on os.fork() in a process with more than one
@@ -304,19 +324,11 @@ void fa_background_fork_prepare(void)
         fa_device_background_wanted())
         return;
     int saved = errno;
-    pid_t pid = getpid();
     __atomic_store_n(&pausing, 1, __ATOMIC_SEQ_CST);
     futex_wake();
-    /* Gone once the kernel no longer knows its id (0 until a thread just
-     * created has told it); a release under way finishes first.  Never
-     * wait long for a thread stuck elsewhere. */
-    for (int i = 0; i < 5000; i++) {
-        pid_t tid = __atomic_load_n(&thread_tid, __ATOMIC_ACQUIRE);
-        if (tid > 0 && syscall(SYS_tgkill, pid, tid, 0) != 0)
-            break;
-        struct timespec ts = {0, 100000L};
-        nanosleep(&ts, NULL);
-    }
+    /* A release under way finishes first.  Never wait long for a thread
+     * stuck elsewhere. */
+    wait_gone(5000);
     fa_release_before_fork();
     errno = saved;
 }

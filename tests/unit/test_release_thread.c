@@ -5,13 +5,16 @@
  * and many threads can allocate and free while it runs (the sanitizer
  * builds run this too). */
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -277,9 +280,24 @@ static void test_retire_and_restart(void **state)
  * the new thread's first tick finds nothing to watch. */
 int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
 static int slow_creator;
+/* With `slow_exit` set, a thread created takes 20 ms to leave once its
+ * function returned (as tcmalloc's thread cache going back can). */
+static int slow_exit;
+static void *(*slow_fn)(void *);
+
+static void *slow_to_leave(void *arg)
+{
+    void *r = slow_fn(arg);
+    sleep_ms(20);
+    return r;
+}
 
 int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
 {
+    if (__atomic_load_n(&slow_exit, __ATOMIC_RELAXED)) {
+        slow_fn = fn;
+        return __real_pthread_create(t, a, slow_to_leave, arg);
+    }
     if (!__atomic_load_n(&slow_creator, __ATOMIC_RELAXED))
         return __real_pthread_create(t, a, fn, arg);
     __atomic_store_n(&heap_free, 0, __ATOMIC_RELAXED);
@@ -398,6 +416,51 @@ static void test_stop_while_releasing(void **state)
     __atomic_store_n(&slow_release, 0, __ATOMIC_RELAXED);
 }
 
+/* The kernel id of this process's thread named "forgealloc" (0: none). */
+static pid_t helper_tid(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    pid_t tid = 0;
+    while (d && tid == 0 && (e = readdir(d)) != NULL) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(comm, sizeof comm, f) && strcmp(comm, "forgealloc\n") == 0)
+            tid = (pid_t)atoi(e->d_name);
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return tid;
+}
+
+/* Exit with the thread waiting for its next look, a thread slow to leave:
+ * stop returns once it is gone, so the process ends on its own (a helper
+ * thread still alive at exit_group makes the end of a process with much
+ * memory slower).  Alone: a process whose thread is this test's. */
+static void test_stop_waits_for_thread(void **state)
+{
+    (void)state;
+    load("2s", "32M");
+    fa_background_start();
+    __atomic_store_n(&slow_exit, 1, __ATOMIC_RELAXED);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_alloc((i + 1) << 36, 4 * MB);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_free((i + 1) << 36);
+    assert_int_equal(helper_threads_become(1), 1);
+    pid_t tid = helper_tid();
+    assert_true(tid > 0);
+    sleep_ms(50); /* asleep until its next look, a delay away */
+    fa_background_stop();
+    errno = 0;
+    assert_int_equal(syscall(SYS_tgkill, getpid(), tid, 0), -1);
+    assert_int_equal(errno, ESRCH);
+}
+
 /* Where no thread can run, the allocator calls run the policy: memory
  * idle for the delay goes back at the next large allocation. */
 static bool no_thread(bool start) { return (void)start, false; }
@@ -494,8 +557,10 @@ static const struct CMUnitTest alone[] = {
     cmocka_unit_test(test_frees_seen_in_batches),       /* batch */
     cmocka_unit_test(test_retire_before_creator_returns), /* starting */
     cmocka_unit_test(test_stop_while_releasing),        /* stop */
+    cmocka_unit_test(test_stop_waits_for_thread),       /* exit */
 };
-static const char *const alone_names[] = {"learn", "leftover", "retire", "small", "batch", "starting", "stop"};
+static const char *const alone_names[] = {"learn", "leftover", "retire", "small", "batch", "starting", "stop",
+                                          "exit"};
 _Static_assert(sizeof alone / sizeof alone[0] == sizeof alone_names / sizeof alone_names[0], "a name per test");
 
 int main(int argc, char **argv)
