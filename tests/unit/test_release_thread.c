@@ -113,8 +113,18 @@ static void large_free(uintptr_t addr)
     fa_release_on_free(n, true);
 }
 
-/* Threads of this process named "forgealloc". */
-static int helper_threads(void)
+/* 50 blocks of 4 MiB allocated, then freed: 200 MB held free. */
+static void hold_freed_200mb(void)
+{
+    for (uintptr_t i = 0; i < 50; i++)
+        large_alloc((i + 1) << 36, 4 * MB);
+    for (uintptr_t i = 0; i < 50; i++)
+        large_free((i + 1) << 36);
+}
+
+/* Threads of this process named "forgealloc"; with `tid`, the kernel id of
+ * one of them (0: none). */
+static int helper_scan(pid_t *tid)
 {
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
@@ -125,14 +135,19 @@ static int helper_threads(void)
         FILE *f = fopen(path, "r");
         if (!f)
             continue;
-        if (fgets(comm, sizeof comm, f) && strcmp(comm, "forgealloc\n") == 0)
+        if (fgets(comm, sizeof comm, f) && strcmp(comm, "forgealloc\n") == 0) {
             n++;
+            if (tid)
+                *tid = (pid_t)atoi(e->d_name);
+        }
         fclose(f);
     }
     if (d)
         closedir(d);
     return n;
 }
+
+static int helper_threads(void) { return helper_scan(NULL); }
 
 static void sleep_ms(long ms)
 {
@@ -315,10 +330,7 @@ static void test_retire_before_creator_returns(void **state)
     load("300ms", "32M");
     fa_background_start();
     __atomic_store_n(&slow_creator, 1, __ATOMIC_RELAXED);
-    for (uintptr_t i = 0; i < 50; i++)
-        large_alloc((i + 1) << 36, 4 * MB);
-    for (uintptr_t i = 0; i < 50; i++)
-        large_free((i + 1) << 36);
+    hold_freed_200mb();
     __atomic_store_n(&slow_creator, 0, __ATOMIC_RELAXED);
     assert_int_equal(helper_threads_become(0), 0);
     /* The next frees start a thread again, and it does its work. */
@@ -399,10 +411,7 @@ static void test_stop_while_releasing(void **state)
     load("300ms", "32M");
     fa_background_start();
     __atomic_store_n(&slow_release, 150, __ATOMIC_RELAXED);
-    for (uintptr_t i = 0; i < 50; i++)
-        large_alloc((i + 1) << 36, 4 * MB);
-    for (uintptr_t i = 0; i < 50; i++)
-        large_free((i + 1) << 36);
+    hold_freed_200mb();
     uint64_t calls = __atomic_load_n(&release_calls, __ATOMIC_RELAXED);
     for (int ms = 0; ms < 2000 && __atomic_load_n(&release_calls, __ATOMIC_RELAXED) == calls; ms += 1)
         sleep_ms(1);
@@ -416,27 +425,6 @@ static void test_stop_while_releasing(void **state)
     __atomic_store_n(&slow_release, 0, __ATOMIC_RELAXED);
 }
 
-/* The kernel id of this process's thread named "forgealloc" (0: none). */
-static pid_t helper_tid(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    pid_t tid = 0;
-    while (d && tid == 0 && (e = readdir(d)) != NULL) {
-        char path[300], comm[32] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        if (fgets(comm, sizeof comm, f) && strcmp(comm, "forgealloc\n") == 0)
-            tid = (pid_t)atoi(e->d_name);
-        fclose(f);
-    }
-    if (d)
-        closedir(d);
-    return tid;
-}
-
 /* Exit with the thread waiting for its next look, a thread slow to leave:
  * stop returns once it is gone, so the process ends on its own (a helper
  * thread still alive at exit_group makes the end of a process with much
@@ -447,12 +435,10 @@ static void test_stop_waits_for_thread(void **state)
     load("2s", "32M");
     fa_background_start();
     __atomic_store_n(&slow_exit, 1, __ATOMIC_RELAXED);
-    for (uintptr_t i = 0; i < 50; i++)
-        large_alloc((i + 1) << 36, 4 * MB);
-    for (uintptr_t i = 0; i < 50; i++)
-        large_free((i + 1) << 36);
+    hold_freed_200mb();
     assert_int_equal(helper_threads_become(1), 1);
-    pid_t tid = helper_tid();
+    pid_t tid = 0;
+    assert_int_equal(helper_scan(&tid), 1);
     assert_true(tid > 0);
     sleep_ms(50); /* asleep until its next look, a delay away */
     fa_background_stop();
