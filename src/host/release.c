@@ -166,27 +166,29 @@ static uint64_t releases, by_reason[FA_REL_COUNT];
  * looked (never negative): what wakes it.  With FORGEALLOC_RELEASE_DELAY=0
  * it is the whole policy: past the threshold, return free memory at once.
  *
- * read_free, moved: tcmalloc's free bytes as last read (at read_ms), and
- * the large blocks freed minus those allocated since (bytes).  Reading the
- * property costs about 270 instructions and tcmalloc's page-heap lock,
- * more than a large malloc and free take together, so allocations read it
- * at most once per tick of the coarse clock (1-4 ms); in between, a sample
- * is the last reading moved by the large blocks since.  That is exact for
- * them and misses only tcmalloc's own small-object spans; where a block
- * grew the heap instead of taking free memory, it reads low, which keeps
- * memory, never returns it.  Ticks read it always.
+ * read_free, read_unused, moved: tcmalloc's free bytes and its free plus
+ * returned bytes as last read (at read_ms), and the large blocks freed
+ * minus those allocated since (bytes).  Reading a property costs about 270
+ * instructions and tcmalloc's page-heap lock, more than a large malloc and
+ * free take together, so allocations read them at most once per tick of
+ * the coarse clock (1-4 ms); in between, a sample is the last reading
+ * moved by the large blocks since.  That is exact for them and misses only
+ * tcmalloc's own small-object spans; where a block grew the heap instead
+ * of taking free memory, it reads low, which keeps memory, never returns
+ * it.  Ticks read them always.
  *
- * sampled_ms, sampled_min: the tick of the coarse clock in which the
- * allocations' samples were last recorded, and the lowest recorded in it.
- * A later sample in that tick that is no lower changes nothing the window
- * keeps (a slot's minimum), so it is not recorded: no lock, no store.
+ * sampled_ms, sampled_min, sampled_min_unused: the tick of the coarse
+ * clock in which the allocations' samples were last recorded, and the
+ * lowest recorded in it.  A later sample in that tick that is no lower
+ * changes nothing the windows keep (a slot's minimum; a fall ends at the
+ * lowest sample), so it is not recorded: no lock, no store.
  *
  * last_alloc_ms, prev_alloc_ms: the two latest large allocations. */
 static struct {
     uint64_t shrink;
     int64_t moved;
-    uint64_t read_free, read_ms;
-    uint64_t sampled_ms, sampled_min;
+    uint64_t read_free, read_unused, read_ms;
+    uint64_t sampled_ms, sampled_min, sampled_min_unused;
     uint64_t last_alloc_ms, prev_alloc_ms;
 } hot __attribute__((aligned(64)));
 
@@ -211,7 +213,9 @@ static int decay_lock, decay_ready;
  * the delay, learnt from regret: a factor grows whenever what a release
  * returned is committed again before the release is judged (the program
  * needed it: each page came back as a page fault), and halves after a
- * release that was not regretted.
+ * release that was not regretted.  Only memory committed again counts:
+ * tcmalloc also commits when it grows its heap, which is new demand, not
+ * the return coming back.
  *
  * While large allocations go on (busy), memory counts as unused only after
  * the busy factor (at least 4) times the delay: in a churning heap, free
@@ -222,24 +226,30 @@ static int decay_lock, decay_ready;
  * While they do not (idle), the idle factor (at least 1) stretches both the
  * window and the quiet time.  A WebUI that moves its text encoder to the
  * host for each prompt and frees it while the GPU generates looks idle
- * between prompts: an idle release is judged over IDLE_MAX delays, and a
- * regret stretches the window past the idle spell it cut short (from the
- * last large allocation before the release to the first one after), so the
- * next spell like it keeps its memory; one return per kind of spell, not
- * one per prompt.  The idle window is at most IDLE_MAX delays (32 s with
- * the default 2 s), the quiet time one delay more, and pressure returns
- * memory whatever the hold. */
+ * between prompts, and a person types the next prompt a minute later: an
+ * idle release is judged over IDLE_MAX delays (256 s with the default
+ * 2 s), and a regret stretches the window past the idle spell it cut short
+ * (from the last allocation before the release to the first one after), so
+ * the next spell like it keeps its memory; one return per kind of spell,
+ * not one per prompt.  The idle window is at most IDLE_MAX delays, the
+ * quiet time one delay more, and memory pressure takes back what the
+ * windows say the program will not need, whatever the hold.
+ *
+ * An idle release is judged lazily, at the first look after the program
+ * came back (its next frees wake the background thread): the spell's end
+ * says whether it came back within the horizon.  A process that settled
+ * keeps no thread for minutes to judge a return nobody may ever regret. */
 typedef struct {
     unsigned factor, min, max;
     uint64_t released, recommitted, until_ms;
 } learner;
 #define BUSY_MIN 4
 #define BUSY_MAX 256
-#define IDLE_MAX 16
+#define IDLE_MAX 128
 static learner busy_l = {BUSY_MIN, BUSY_MIN, BUSY_MAX, 0, 0, 0};
 static learner idle_l = {1, 1, IDLE_MAX, 0, 0, 0};
 static fa_decay active; /* the busy window; `decay` is the idle one */
-static uint64_t last_commit; /* tcmalloc's commit counter at the last tick */
+static uint64_t last_commit, last_reserve; /* tcmalloc's commit and reserve counters at the last tick */
 /* The idle spell an idle release cut into: from the last large allocation
  * before it to the first one after it (0: none yet). */
 static uint64_t spell_begin_ms, spell_end_ms;
@@ -329,14 +339,28 @@ static size_t release_and_count(size_t want, enum fa_release_reason why)
     return got;
 }
 
-/* tcmalloc's free bytes now, read from tcmalloc. */
-static uint64_t read_held(uint64_t now)
+/* Bytes tcmalloc holds free, and free or returned (`unused`), read from
+ * tcmalloc now. */
+static uint64_t read_tc_unused(uint64_t free_bytes)
+{
+    return free_bytes + fa_tc_prop("tcmalloc.pageheap_unmapped_bytes");
+}
+
+static uint64_t read_held(uint64_t now, uint64_t *unused)
 {
     __atomic_store_n(&hot.moved, 0, __ATOMIC_RELAXED); /* before the read: what comes after counts against it */
     uint64_t v = fa_tc_prop("tcmalloc.pageheap_free_bytes");
+    *unused = read_tc_unused(v);
     __atomic_store_n(&hot.read_free, v, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot.read_unused, *unused, __ATOMIC_RELAXED);
     __atomic_store_n(&hot.read_ms, now, __ATOMIC_RELAXED);
     return v;
+}
+
+static uint64_t moved_by(uint64_t read, int64_t since)
+{
+    int64_t est = (int64_t)read + since;
+    return est > 0 ? (uint64_t)est : 0;
 }
 
 /* Sample the free bytes after a large allocation took some: the dips are
@@ -345,26 +369,29 @@ static void sample(void)
 {
     uint64_t now = mono_ms();
     int64_t since = __atomic_load_n(&hot.moved, __ATOMIC_RELAXED) + unpublished;
-    uint64_t free_bytes;
+    uint64_t free_bytes, unused;
     if (now != __atomic_load_n(&hot.read_ms, __ATOMIC_RELAXED)) {
-        free_bytes = read_held(now);
+        free_bytes = read_held(now, &unused);
     } else {
-        int64_t est = (int64_t)__atomic_load_n(&hot.read_free, __ATOMIC_RELAXED) + since;
-        free_bytes = est > 0 ? (uint64_t)est : 0;
+        free_bytes = moved_by(__atomic_load_n(&hot.read_free, __ATOMIC_RELAXED), since);
+        unused = moved_by(__atomic_load_n(&hot.read_unused, __ATOMIC_RELAXED), since);
     }
     /* Nothing to record: a sample of this tick no higher was, and both
      * latest allocations are of this tick. */
     if (now == __atomic_load_n(&hot.sampled_ms, __ATOMIC_RELAXED) &&
         free_bytes >= __atomic_load_n(&hot.sampled_min, __ATOMIC_RELAXED) &&
+        unused >= __atomic_load_n(&hot.sampled_min_unused, __ATOMIC_RELAXED) &&
         now == __atomic_load_n(&hot.prev_alloc_ms, __ATOMIC_RELAXED))
         return;
     if (!decay_lock_try())
         return;
     decay_start(now);
-    fa_decay_observe(&decay, now, free_bytes);
-    fa_decay_observe(&active, now, free_bytes);
+    fa_decay_observe(&decay, now, free_bytes, unused);
+    fa_decay_observe(&active, now, free_bytes, unused);
     if (hot.sampled_ms != now || free_bytes < hot.sampled_min)
         __atomic_store_n(&hot.sampled_min, free_bytes, __ATOMIC_RELAXED);
+    if (hot.sampled_ms != now || unused < hot.sampled_min_unused)
+        __atomic_store_n(&hot.sampled_min_unused, unused, __ATOMIC_RELAXED);
     __atomic_store_n(&hot.sampled_ms, now, __ATOMIC_RELAXED);
     allocated_at(now);
     if (idle_l.released && !spell_end_ms)
@@ -389,14 +416,17 @@ static void release_now(uint64_t threshold)
  * all the same. */
 #define IDLE_REGRET ((uint64_t)128 << 20)
 
-/* Judge a learner's last release with `again` bytes committed since the
- * last tick: a regret once half of it, or `enough`, is committed again.
- * Returns the new factor (its current one when unchanged). */
-static unsigned judge(learner *l, uint64_t again, uint64_t enough, uint64_t now)
+/* Judge a learner's last release: `again` bytes were committed again
+ * since the last tick (counted when `counts`); a regret once half of the
+ * release, or `enough`, is committed again.  Undecided until `until_ms`
+ * unless regretted.  Returns the new factor (its current one when
+ * unchanged). */
+static unsigned judge(learner *l, uint64_t again, bool counts, uint64_t enough, uint64_t now)
 {
     if (!l->released)
         return l->factor;
-    l->recommitted += again;
+    if (counts)
+        l->recommitted += again;
     bool regret = l->recommitted >= l->released / 2 || l->recommitted >= enough;
     if (!regret && now < l->until_ms)
         return l->factor;
@@ -414,21 +444,36 @@ static uint64_t covering(uint64_t spell_ms, uint64_t delay, unsigned max)
     return f;
 }
 
+/* Bytes committed again since the last tick: tcmalloc's commit counter
+ * less its reserve counter (growing the heap adds to both). */
+static uint64_t committed_again(void)
+{
+    uint64_t commit = fa_tc_prop("tcmalloc.pageheap_total_commit_bytes");
+    uint64_t reserve = fa_tc_prop("tcmalloc.pageheap_total_reserve_bytes");
+    uint64_t grew = reserve > last_reserve ? reserve - last_reserve : 0;
+    uint64_t again = commit > last_commit + grew ? commit - last_commit - grew : 0;
+    last_commit = commit;
+    last_reserve = reserve;
+    return again;
+}
+
 /* Pre: decay_lock held.  Bytes tcmalloc committed again since the last
  * tick count against the releases being judged. */
 static void judge_tick(uint64_t now)
 {
-    uint64_t commit = fa_tc_prop("tcmalloc.pageheap_total_commit_bytes");
-    uint64_t again = commit > last_commit ? commit - last_commit : 0;
-    last_commit = commit;
+    uint64_t again = committed_again();
     uint64_t delay = delay_ms();
-    unsigned f = judge(&busy_l, again, UINT64_MAX, now);
+    unsigned f = judge(&busy_l, again, true, UINT64_MAX, now);
     if (f != busy_l.factor) {
         busy_l.factor = f;
         fa_decay_init(&active, delay * f, now);
     }
+    /* An idle release counts what came back once the program came back
+     * within the horizon; commits seen at a later look, after a spell
+     * longer than the horizon, are the program's new demand. */
     bool pending = idle_l.released;
-    f = judge(&idle_l, again, IDLE_REGRET, now);
+    bool within = spell_end_ms ? spell_end_ms < idle_l.until_ms : now < idle_l.until_ms;
+    f = judge(&idle_l, again, within, IDLE_REGRET, now);
     if (pending && !idle_l.released && f > idle_l.factor) { /* a regret */
         uint64_t end = spell_end_ms ? spell_end_ms : now;
         uint64_t cover = covering(end > spell_begin_ms ? end - spell_begin_ms : 0, delay, IDLE_MAX);
@@ -456,6 +501,25 @@ static void judge_release(bool busy_heap, uint64_t got, uint64_t now)
 /* Free bytes held after the last tick. */
 static uint64_t tick_held;
 
+/* Memory pressure: the free memory held is more than half of what the
+ * memory cgroup (or the machine) can still give.  What goes back is what
+ * the windows say the next steps will not need: everything above the
+ * largest amount the program took from free memory at once within them
+ * (`demand`: a training step's buffers stay, a model unloaded goes).  Held
+ * memory within that stays, so a job whose transient buffers fit under
+ * its limit does not return and fault them in again on every step.  When
+ * the room left is less than a quarter of what is held (something else
+ * is taking the last of it), everything goes.  Returns the bytes to give
+ * back (0: none). */
+static uint64_t pressure_return(uint64_t held, uint64_t room, uint64_t demand)
+{
+    if (held <= room / 2)
+        return 0;
+    if (room < held / 4)
+        return held;
+    return held > demand ? held - demand : 0;
+}
+
 static uint64_t tick(uint64_t now)
 {
     if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
@@ -463,7 +527,8 @@ static uint64_t tick(uint64_t now)
     int saved = errno;
     uint64_t keep = keep_bytes(), delay = delay_ms();
     __atomic_store_n(&hot.shrink, 0, __ATOMIC_RELAXED);
-    uint64_t held = read_held(now);
+    uint64_t unused;
+    uint64_t held = read_held(now, &unused);
     bool busy_heap = false;
     decay_lock_take();
     decay_start(now);
@@ -474,12 +539,15 @@ static uint64_t tick(uint64_t now)
         allocated_at(now);
     }
     polled_held = held;
-    fa_decay_observe(&decay, now, held);
-    fa_decay_observe(&active, now, held);
+    fa_decay_observe(&decay, now, held, unused);
+    fa_decay_observe(&active, now, held, unused);
     /* Busy: two large allocations within the delay (one alone, such as the
      * call that runs this tick when there is no thread, is not a churn). */
     busy_heap = hot.prev_alloc_ms && now < hot.prev_alloc_ms + delay;
     uint64_t idle = !delay ? held : busy_heap ? fa_decay_idle(&active) : fa_decay_idle(&decay);
+    uint64_t demand = fa_decay_demand(&active), idle_demand = fa_decay_demand(&decay);
+    if (idle_demand > demand)
+        demand = idle_demand;
     /* Quiet: no large allocation for the idle window and one delay more
      * (a WebUI between prompts).  The threshold kept for the next
      * allocation's sake goes too: the process settles as low as glibc with
@@ -492,15 +560,19 @@ static uint64_t tick(uint64_t now)
     decay_lock_drop();
 
     bool limited = false;
+    uint64_t room = UINT64_MAX;
     if (held > STEP && fa_opt_u64(FA_OPT_RELEASE_PRESSURE)) {
-        /* Never cause an OOM kill: when what we hold free is more than half
-         * of what the cgroup (or the machine) can still give, another
-         * allocation may need it now; return everything free. */
-        uint64_t room = fa_pressure_headroom(&limited);
-        if (held > room / 2) {
-            size_t got = release_and_count(SIZE_MAX, FA_REL_pressure);
+        room = fa_pressure_headroom(&limited);
+        uint64_t want = pressure_return(held, room, demand);
+        if (want >= STEP) {
+            size_t got = release_and_count(want >= held ? SIZE_MAX : want, FA_REL_pressure);
             held = held > got ? held - got : 0;
-            idle = 0;
+            idle = idle > got ? idle - got : 0;
+            if (got && delay) {
+                decay_lock_take();
+                judge_release(busy_heap, got, now);
+                decay_lock_drop();
+            }
         }
     }
     if (idle > keep && idle - keep >= STEP) {
@@ -512,13 +584,10 @@ static uint64_t tick(uint64_t now)
             decay_lock_drop();
         }
     }
-    /* A release being judged is judged on time: the commits that count
-     * against it are those seen before its horizon. */
-    uint64_t due = UINT64_MAX;
-    if (busy_l.released)
-        due = busy_l.until_ms;
-    if (idle_l.released && idle_l.until_ms < due)
-        due = idle_l.until_ms;
+    /* A busy release is judged on time: the commits that count against it
+     * are those seen before its horizon.  An idle one waits for the next
+     * look (judge_tick). */
+    uint64_t due = busy_l.released ? busy_l.until_ms : UINT64_MAX;
     __atomic_store_n(&tick_held, held, __ATOMIC_RELAXED);
     __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
     errno = saved;
@@ -530,8 +599,12 @@ static uint64_t tick(uint64_t now)
         if (next == UINT64_MAX)
             return 0;
     } else {
-        if (limited && next > now + FA_RELEASE_PRESSURE_POLL_MS)
-            next = now + FA_RELEASE_PRESSURE_POLL_MS;
+        /* Under a cgroup's limit, look every second, and often once what
+         * is held comes within four times the room left: a job's memory can
+         * grow by gigabytes between two slots of a long window. */
+        uint64_t poll = held > room / 4 ? FA_RELEASE_PRESSURE_POLL_MS : 1000;
+        if (limited && next > now + poll)
+            next = now + poll;
         if (due < next)
             next = due;
     }
@@ -634,13 +707,41 @@ void fa_release_on_free(size_t n, bool may_start)
  * large working set of small blocks (containers, strings, blocks of up to
  * 256 KiB) makes no large free to tell the policy.  Each thread's every
  * FA_RELEASE_CHECK_FREES-th free calls this; at most one call per tick of
- * the coarse clock among all threads reads what tcmalloc holds free.  With
- * no look of the policy coming, more than STEP free starts one, as a large
- * free past the threshold does (with FORGEALLOC_RELEASE_DELAY=0: more than
- * the threshold); the background then watches it until it went back or is
- * reused.  With one coming, only a rise past the threshold since the last
- * look brings it forward. */
+ * the coarse clock among all threads reads what tcmalloc holds free.
+ *
+ * The reading is a sample of the windows, as a large allocation's is: a
+ * program whose working set is made of small blocks takes and gives back
+ * page-heap memory with no large call at all, and its demand must count
+ * the same way.  A fall of more than STEP since the last such reading is
+ * its allocations taking memory: the heap is in use, as after a large
+ * allocation.
+ *
+ * With no look of the policy coming, more than STEP free starts one, as a
+ * large free past the threshold does (with FORGEALLOC_RELEASE_DELAY=0:
+ * more than the threshold); the background then watches it until it went
+ * back or is reused.  With one coming, only a rise past the threshold
+ * since the last look brings it forward. */
 static uint64_t checked_ms;
+static uint64_t checked_held; /* the free bytes at the last such reading */
+
+/* A reading of the small-free path, into the windows. */
+static void small_sample(uint64_t now, uint64_t held)
+{
+    if (!decay_lock_try())
+        return; /* a tick is looking: its own reading covers this one */
+    decay_start(now);
+    uint64_t unused = read_tc_unused(held);
+    fa_decay_observe(&decay, now, held, unused);
+    fa_decay_observe(&active, now, held, unused);
+    if (held + STEP < checked_held) {
+        allocated_at(now);
+        if (idle_l.released && !spell_end_ms)
+            spell_end_ms = now;
+    }
+    checked_held = held;
+    windows_changed();
+    decay_lock_drop();
+}
 
 void fa_release_check_free(bool may_start)
 {
@@ -650,6 +751,8 @@ void fa_release_check_free(bool may_start)
         return;
     int saved = errno;
     uint64_t threshold = keep_bytes(), held = fa_tc_prop("tcmalloc.pageheap_free_bytes");
+    if (delay_ms())
+        small_sample(now, held);
     /* A look that is late by a second or more is not coming: the thread left. */
     uint64_t due = __atomic_load_n(&tick_due_ms, __ATOMIC_RELAXED);
     bool coming = due && now < due + 1000;
@@ -788,9 +891,9 @@ static void reset_child(void)
     busy_l.factor = busy_l.min;
     idle_l.factor = idle_l.min;
     busy_l.released = idle_l.released = 0;
-    last_commit = spell_begin_ms = spell_end_ms = 0;
+    last_commit = last_reserve = spell_begin_ms = spell_end_ms = 0;
     inline_due_ms = 0;
-    tick_due_ms = checked_ms = tick_held = 0;
+    tick_due_ms = checked_ms = checked_held = tick_held = 0;
     background = BG_NONE;
     fa_pressure_reset();
 }

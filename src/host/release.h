@@ -71,7 +71,8 @@ uint64_t fa_release_untracked(void);
  * next wake).  Called by the background thread; never waits for a lock
  * held across an allocation. */
 uint64_t fa_release_tick(uint64_t now_ms);
-/* While the free memory held sits in a limited cgroup, look this often. */
+/* While the free memory held is close to a limited cgroup's room, look
+ * this often. */
 #define FA_RELEASE_PRESSURE_POLL_MS 100
 
 /* The background thread: `wake(true)` starts it on first use and wakes it

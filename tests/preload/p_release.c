@@ -63,6 +63,11 @@
  *   p_release inherit S  256 MB freed, fork: the child makes one small
  *                      allocation and sleeps S seconds (no other call):
  *                      "child rss_start_mb N rss_end_mb N"
+ *   p_release steps LIVE STEP N  LIVE MB allocated and touched and kept,
+ *                      then N steps of: STEP MB in 4 MB blocks allocated,
+ *                      touched, all freed, 20 ms asleep (a training or
+ *                      generation step's buffers); prints "step_ms_median
+ *                      X pressure_mb N releases N"
  *   p_release apierrno  forgealloc_stats_json, forgealloc_stat,
  *                      forgealloc_stats_write and malloc_stats with errno
  *                      set before: "errno kept N of 4"
@@ -640,6 +645,38 @@ int main(int argc, char **argv)
         int status = 0;
         waitpid(pid, &status, 0);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    if (strcmp(mode, "steps") == 0 && argc > 4) {
+        size_t live = (size_t)atol(argv[2]) * MB;
+        int blocks = atoi(argv[3]) / 4, steps = atoi(argv[4]);
+        char *keep = malloc(live);
+        touch(keep, live);
+        char **b = calloc((size_t)blocks, sizeof *b);
+        double *ms = calloc((size_t)steps, sizeof *ms);
+        uint64_t releases0 = stat_of("host.releases");
+        for (int s = 0; s < steps; s++) {
+            double t0 = now_s();
+            for (int i = 0; i < blocks; i++) {
+                b[i] = malloc(4 * MB);
+                touch(b[i], 4 * MB);
+            }
+            for (int i = 0; i < blocks; i++)
+                free(b[i]);
+            ms[s] = (now_s() - t0) * 1000;
+            struct timespec ts = {0, 20 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        for (int i = 1; i < steps; i++) /* insertion sort: a median */
+            for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+                double t = ms[j];
+                ms[j] = ms[j - 1];
+                ms[j - 1] = t;
+            }
+        printf("step_ms_median %.2f pressure_mb %llu releases %llu\n", ms[steps / 2],
+               (unsigned long long)(stat_of("host.release.pressure_bytes") / MB),
+               (unsigned long long)(stat_of("host.releases") - releases0));
+        free(keep);
+        return 0;
     }
     if (strcmp(mode, "apierrno") == 0) {
         size_t (*json)(char *, size_t) = (size_t(*)(char *, size_t))dlsym(RTLD_DEFAULT, "forgealloc_stats_json");

@@ -734,6 +734,46 @@ def case_release_pressure():
               "control: without the pressure path both fit under the limit; the test does not test anything")
 
 
+def case_release_pressure_steps():
+    """Under a memory cgroup's limit, a job whose transient buffers fit
+    keeps them: 300 MB live and 120 MB of buffers per step under a 512 MiB
+    limit hold more free memory between steps than half the room left,
+    which once returned them all at every look (and faulted them in again
+    at the next step).  At most the first step's buffers go back: the heap
+    grew for them, which shows as no demand until they are taken again."""
+    with limited_cgroup("memory", 512 << 20) as d:
+        if d is None:
+            return SKIP
+        env = base_env()
+        env["LD_PRELOAD"] = ARGS.lib
+        r = subprocess.run(in_cgroup(d) + [prog("p_release"), "steps", "300", "120", "150"], env=env,
+                           capture_output=True, text=True, timeout=240)
+        check(r.returncode == 0, f"status {r.returncode} under the limit: {r.stderr[-300:]!r}")
+        m = re.search(r"pressure_mb (\d+) releases (\d+)", r.stdout)
+        check(m, f"unexpected output {r.stdout!r}")
+        pressure, releases = int(m.group(1)), int(m.group(2))
+        check(pressure <= 130 and releases <= 3,
+              f"{releases} returns, {pressure} MB for pressure over 150 steps: the step buffers went back and came "
+              f"back")
+
+
+def case_release_prompt_slow():
+    """A person's pace: the working set comes back after a spell 40 times
+    the delay (4 s at 100 ms; 80 s at the default 2 s), far past the 16
+    delays a return was once judged over.  It goes back once, the next
+    cycle's return is judged a regret when it comes back, and the later
+    cycles keep it; when the cycles stop it still goes back."""
+    r = run([prog("p_release"), "prompt", "5", "4000"], env=base_env(FORGEALLOC_RELEASE_DELAY="100ms"), timeout=120)
+    check(r.returncode == 0, r.stderr)
+    returned = [int(x) for x in re.search(r"returned_mb((?: \d+)+)", r.stdout).group(1).split()]
+    hold = int(re.search(r"hold_ms (\d+)", r.stdout).group(1))
+    settled = int(re.search(r"settled_after_ms (-?\d+)", r.stdout).group(1))
+    check(returned[0] >= 100, f"the first 4 s spell returned only {returned[0]} MB; the cycle does not look idle")
+    check(all(mb == 0 for mb in returned[2:]), f"returns per cycle {returned}: later cycles should keep it")
+    check(hold > 4000, f"host.release.hold_ms {hold}: should have grown past the 4 s spell")
+    check(0 <= settled <= 2 * hold + 3000, f"after the cycles RSS settled after {settled} ms (hold {hold} ms)")
+
+
 def case_introspection():
     r = run([prog("p_release"), "intro"], env=base_env(FORGEALLOC_RELEASE_THRESHOLD="1G"))
     check(r.returncode == 0, f"introspection checks failed: {r.stderr}")

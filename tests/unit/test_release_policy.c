@@ -19,15 +19,18 @@
 #define MB ((uint64_t)1 << 20)
 #define WINDOW 2000 /* ms */
 
+/* A sample with nothing returned to the OS: free and unused alike. */
+static void observe(fa_decay *d, uint64_t t, uint64_t free_bytes) { fa_decay_observe(d, t, free_bytes, free_bytes); }
+
 /* Nothing is idle before a whole window was seen, however much is free. */
 static void test_nothing_idle_at_start(void **state)
 {
     (void)state;
     fa_decay d;
     fa_decay_init(&d, WINDOW, 1000);
-    fa_decay_observe(&d, 1000, 800 * MB);
+    observe(&d, 1000, 800 * MB);
     assert_int_equal(fa_decay_idle(&d), 0);
-    fa_decay_observe(&d, 1000 + WINDOW - 1, 800 * MB);
+    observe(&d, 1000 + WINDOW - 1, 800 * MB);
     assert_int_equal(fa_decay_idle(&d), 0);
 }
 
@@ -39,8 +42,8 @@ static void test_idle_after_unload(void **state)
     fa_decay d;
     fa_decay_init(&d, WINDOW, 0);
     for (uint64_t t = 0; t < 5000; t += 100)
-        fa_decay_observe(&d, t, 10 * MB); /* steady */
-    fa_decay_observe(&d, 5000, 810 * MB);  /* the unload */
+        observe(&d, t, 10 * MB); /* steady */
+    observe(&d, 5000, 810 * MB);  /* the unload */
     fa_decay_advance(&d, 5000 + WINDOW / 2);
     assert_int_equal(fa_decay_idle(&d), 10 * MB);
     fa_decay_advance(&d, 5000 + WINDOW + WINDOW / (FA_DECAY_SLOTS - 1));
@@ -59,7 +62,7 @@ static void test_churn_keeps_what_it_uses(void **state)
     fa_decay_init(&d, WINDOW, 0);
     for (uint64_t t = 0; t < 20000; t += 50) {
         uint64_t free_bytes = (t % 300 == 0) ? 4 * MB : 100 * MB + (t % 7) * MB;
-        fa_decay_observe(&d, t, free_bytes);
+        observe(&d, t, free_bytes);
         if (t >= WINDOW + 300)
             assert_true(fa_decay_idle(&d) <= 4 * MB);
     }
@@ -74,9 +77,9 @@ static void test_demand_falls(void **state)
     fa_decay_init(&d, WINDOW, 0);
     uint64_t t = 0;
     for (; t < 4000; t += 100)
-        fa_decay_observe(&d, t, t % 200 == 0 ? 0 : 300 * MB); /* busy: dips to 0 */
+        observe(&d, t, t % 200 == 0 ? 0 : 300 * MB); /* busy: dips to 0 */
     for (; t < 4000 + WINDOW + 500; t += 100) {
-        fa_decay_observe(&d, t, 300 * MB); /* quiet */
+        observe(&d, t, 300 * MB); /* quiet */
         if (t < 4000 + WINDOW - WINDOW / (FA_DECAY_SLOTS - 1))
             assert_int_equal(fa_decay_idle(&d), 0);
     }
@@ -90,15 +93,53 @@ static void test_released_not_counted_twice(void **state)
     fa_decay d;
     fa_decay_init(&d, WINDOW, 0);
     for (uint64_t t = 0; t <= 3000; t += 100)
-        fa_decay_observe(&d, t, 500 * MB);
+        observe(&d, t, 500 * MB);
     assert_int_equal(fa_decay_idle(&d), 500 * MB);
     fa_decay_released(&d, 450 * MB);
     assert_int_equal(fa_decay_idle(&d), 50 * MB);
     fa_decay_released(&d, 900 * MB);
     assert_int_equal(fa_decay_idle(&d), 0);
     /* The clock going backwards (a sample taken late) changes nothing. */
-    fa_decay_observe(&d, 100, 20 * MB);
+    observe(&d, 100, 20 * MB);
     assert_int_equal(fa_decay_idle(&d), 0);
+}
+
+/* Demand: the largest amount taken from the heap at once within the
+ * window, whether it came from free or from returned memory; a rise (a
+ * model unloaded) is none, and it leaves the window with its slots. */
+static void test_demand(void **state)
+{
+    (void)state;
+    fa_decay d;
+    fa_decay_init(&d, WINDOW, 0);
+    assert_int_equal(fa_decay_demand(&d), 0);
+    uint64_t t = 0;
+    /* Steps of 600 MB taken from free memory and given back every 100 ms. */
+    for (; t < 3000; t += 50)
+        observe(&d, t, t % 100 == 0 ? 100 * MB : 700 * MB);
+    assert_int_equal(fa_decay_demand(&d), 600 * MB);
+    assert_int_equal(fa_decay_idle(&d), 100 * MB);
+    /* 3 GB unloaded: a rise, no demand. */
+    observe(&d, t, 3700 * MB);
+    assert_int_equal(fa_decay_demand(&d), 600 * MB);
+    /* Returned to the OS, then committed again by the next steps: still the
+     * steps' demand, though the free bytes no longer fall. */
+    fa_decay_released(&d, 3600 * MB);
+    for (t += 50; t < 6000; t += 50)
+        fa_decay_observe(&d, t, 100 * MB, t % 100 == 0 ? 3100 * MB : 3700 * MB);
+    assert_int_equal(fa_decay_demand(&d), 600 * MB);
+    /* A fall across slots: 200 MB taken in one slot, 300 MB more in the
+     * next, counts as 500. */
+    fa_decay d2;
+    fa_decay_init(&d2, WINDOW, 0);
+    observe(&d2, 0, 800 * MB);
+    observe(&d2, 300, 600 * MB);
+    observe(&d2, 600, 300 * MB);
+    assert_int_equal(fa_decay_demand(&d2), 500 * MB);
+    /* The steps stop: once the window has passed them, no demand is left. */
+    for (t = 600; t < 600 + 2 * WINDOW; t += 100)
+        observe(&d2, t, 300 * MB);
+    assert_int_equal(fa_decay_demand(&d2), 0);
 }
 
 static void test_parse_limits(void **state)
@@ -244,7 +285,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nothing_idle_at_start), cmocka_unit_test(test_idle_after_unload),
         cmocka_unit_test(test_churn_keeps_what_it_uses), cmocka_unit_test(test_demand_falls),
-        cmocka_unit_test(test_released_not_counted_twice), cmocka_unit_test(test_parse_limits),
+        cmocka_unit_test(test_released_not_counted_twice), cmocka_unit_test(test_demand),
+        cmocka_unit_test(test_parse_limits),
         cmocka_unit_test(test_cgroup_dirs), cmocka_unit_test(test_cgroup_leaf_without_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,14 +22,15 @@
 #include <cmocka.h>
 
 #include "../../src/core/options.h"
+#include "../../src/host/pressure.h"
 #include "../../src/host/release.h"
 #include "../../src/process/background.h"
 
 #define MB ((uint64_t)1 << 20)
 
-/* ---- a page heap: free, returned and committed-again bytes -------------- */
+/* ---- a page heap: free, returned, committed and reserved bytes ---------- */
 
-static uint64_t heap_free, heap_unmapped, heap_commit, release_calls;
+static uint64_t heap_free, heap_unmapped, heap_commit, heap_reserve, release_calls;
 static int slow_release; /* ms each release takes: to catch exit mid-release */
 
 int MallocExtension_GetNumericProperty(const char *name, size_t *value)
@@ -39,6 +41,8 @@ int MallocExtension_GetNumericProperty(const char *name, size_t *value)
         *value = __atomic_load_n(&heap_unmapped, __ATOMIC_RELAXED);
     else if (strcmp(name, "tcmalloc.pageheap_total_commit_bytes") == 0)
         *value = __atomic_load_n(&heap_commit, __ATOMIC_RELAXED);
+    else if (strcmp(name, "tcmalloc.pageheap_total_reserve_bytes") == 0)
+        *value = __atomic_load_n(&heap_reserve, __ATOMIC_RELAXED);
     else
         return 0;
     return 1;
@@ -88,8 +92,16 @@ void fa_report_configured(const char *reason, bool in_signal)
     (void)in_signal;
 }
 
-/* A large allocation as host.c reports it: served from free memory when
- * there is enough (re-committing returned bytes first), else the heap grows. */
+/* The heap grows by n bytes: committed and reserved anew. */
+static void grow(uint64_t n)
+{
+    __atomic_fetch_add(&heap_commit, n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&heap_reserve, n, __ATOMIC_RELAXED);
+}
+
+/* A large allocation as host.c reports it: served from free memory, then
+ * from returned memory (committed again), and the heap grows for the rest,
+ * as tcmalloc's page heap does. */
 static void large_alloc(uintptr_t addr, size_t n)
 {
     uint64_t f = __atomic_load_n(&heap_free, __ATOMIC_RELAXED), take;
@@ -102,6 +114,15 @@ static void large_alloc(uintptr_t addr, size_t n)
     } while (!__atomic_compare_exchange_n(&heap_unmapped, &u, u - back, false, __ATOMIC_RELAXED,
                                           __ATOMIC_RELAXED));
     __atomic_fetch_add(&heap_commit, back, __ATOMIC_RELAXED);
+    grow(n - take - back);
+    fa_release_on_alloc((void *)addr, n);
+}
+
+/* A large allocation that none of the free or returned spans fits (larger
+ * than any of them): the heap grows by all of it. */
+static void large_alloc_new(uintptr_t addr, size_t n)
+{
+    grow(n);
     fa_release_on_alloc((void *)addr, n);
 }
 
@@ -269,8 +290,11 @@ static void test_retire_and_restart(void **state)
     unsigned seed = 12345;
     int exited = 0;
     for (int round = 0; round < 10; round++) {
+        /* New heap each round, never the memory returned before: the
+         * rounds are no demand coming back, so the hold stays one delay
+         * (a regret would stretch it past the waits below). */
         for (uintptr_t i = 0; i < 16; i++)
-            large_alloc(base + ((i + 1) << 32), 4 * MB);
+            large_alloc_new(base + ((i + 1) << 32), 4 * MB);
         for (uintptr_t i = 0; i < 16; i++)
             large_free(base + ((i + 1) << 32));
         int ms = 0;
@@ -532,6 +556,176 @@ static void test_small_frees_watched(void **state)
     assert_true(released(FA_REL_delay) >= 290 * MB);
 }
 
+/* A person's pace: the working set comes back after a spell 40 times the
+ * delay, far past what a return was once judged over (16 delays).  The
+ * first spell pays for a return, the second's demand is judged a regret
+ * when it comes back, and from then on the hold covers the spell. */
+static void test_regret_at_human_pace(void **state)
+{
+    (void)state;
+    load("50ms", "32M");
+    fa_background_start();
+    uintptr_t base = (uintptr_t)10 << 44;
+    uint64_t returned[5];
+    for (int cycle = 0; cycle < 5; cycle++)
+        returned[cycle] = cycle_of(base, 50, 2000);
+    assert_true(returned[0] >= 150 * MB);
+    assert_true(fa_release_hold_ms() >= 2000);
+    for (int cycle = 2; cycle < 5; cycle++)
+        assert_int_equal(returned[cycle], 0);
+    fa_background_stop();
+}
+
+/* Memory the heap grew by after an idle return is new demand, not the
+ * return coming back: however much of it, the hold stays as it was. */
+static void test_growth_is_not_regret(void **state)
+{
+    (void)state;
+    load("100ms", "32M");
+    fa_background_start();
+    uintptr_t base = (uintptr_t)11 << 44;
+    assert_true(cycle_of(base, 50, 600) >= 150 * MB); /* an idle return of 200 MB */
+    uint64_t hold = fa_release_hold_ms();
+    /* 300 MB in one block: no returned span fits it, the heap grows. */
+    large_alloc_new(base, 300 * MB);
+    sleep_ms(50);
+    large_free(base); /* wakes the thread: the return is judged */
+    sleep_ms(50);
+    assert_int_equal(fa_release_hold_ms(), hold);
+    fa_background_stop();
+}
+
+/* A program whose working set is small blocks: no large call ever, its
+ * allocations take 150 MB of spans from the page heap every 100 ms and
+ * give them back.  The small frees' looks see the dips (the first one of
+ * each freeing sees the heap still low): nothing goes back.  The ticks
+ * alone would see the heap between the dips and return it each time. */
+static void test_small_block_demand(void **state)
+{
+    (void)state;
+    load("300ms", "32M");
+    fa_background_start();
+    for (int cycle = 0; cycle < 30; cycle++) {
+        __atomic_store_n(&heap_free, 10 * MB, __ATOMIC_RELAXED); /* the spans taken */
+        fa_release_check_free(true);                             /* the first frees look */
+        sleep_ms(6);
+        __atomic_store_n(&heap_free, 160 * MB, __ATOMIC_RELAXED); /* all given back */
+        fa_release_check_free(true);
+        sleep_ms(94);
+    }
+    assert_int_equal(released(FA_REL_delay), 0);
+    /* The churn stops: the memory goes back within the busy window. */
+    for (int ms = 0; ms < 5000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 2 * MB; ms += 20)
+        sleep_ms(20);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 32 * MB);
+    fa_background_stop();
+}
+
+/* ---- memory pressure, against a cgroup of files the test writes -------- */
+
+static char cg_top[64];
+
+static void cg_write(const char *name, uint64_t v)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/fa/%s", cg_top, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%llu\n", (unsigned long long)v);
+    fclose(f);
+}
+
+/* A v2 cgroup with memory.max `limit` whose usage the test sets. */
+static void cg_make(uint64_t limit)
+{
+    strcpy(cg_top, "/tmp/fa-cg-XXXXXX");
+    assert_non_null(mkdtemp(cg_top));
+    char path[128], line[256];
+    snprintf(path, sizeof path, "%s/fa", cg_top);
+    assert_int_equal(mkdir(path, 0700), 0);
+    cg_write("memory.max", limit);
+    cg_write("memory.current", 0);
+    snprintf(path, sizeof path, "%s/fa/memory.stat", cg_top);
+    FILE *f = fopen(path, "w");
+    fputs("anon 0\ninactive_file 0\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/cgroup", cg_top);
+    f = fopen(path, "w");
+    fputs("0::/fa\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/mountinfo", cg_top);
+    f = fopen(path, "w");
+    snprintf(line, sizeof line, "30 1 0:26 / %s rw - cgroup2 cgroup2 rw\n", cg_top);
+    fputs(line, f);
+    fclose(f);
+    char cg[96], mi[96];
+    snprintf(cg, sizeof cg, "%s/cgroup", cg_top);
+    snprintf(mi, sizeof mi, "%s/mountinfo", cg_top);
+    fa_pressure_use_sources(cg, mi);
+}
+
+/* What the cgroup is charged: the live bytes plus what the heap holds
+ * committed (free bytes included: they are resident). */
+static uint64_t cg_live;
+static void cg_charge(uint64_t in_use) { cg_write("memory.current", cg_live + in_use + heap_free); }
+
+static void load_pressure(const char *delay)
+{
+    char d[64];
+    snprintf(d, sizeof d, "FORGEALLOC_RELEASE_DELAY=%s", delay);
+    char *env[] = {d, "FORGEALLOC_RELEASE_THRESHOLD=32M", "FORGEALLOC_RELEASE_PRESSURE=1", NULL};
+    fa_options_load(env);
+}
+
+/* A job with 6.5 GiB live under an 8 GiB limit and 600 MiB of transient
+ * buffers per step: the buffers fit, so they are not returned and faulted
+ * in again on every step (the free memory held is more than half the room
+ * left, which once returned all of it at every look).  Then a model
+ * unloaded: 1 GiB more free, more than the steps take, and it goes back at
+ * once.  Then something else takes the last of the room: all of it goes. */
+static void test_pressure_keeps_demand(void **state)
+{
+    (void)state;
+    load_pressure("2s");
+    cg_make((uint64_t)8 << 30);
+    cg_live = (uint64_t)6656 << 20;
+    cg_charge(0);
+    fa_background_start();
+    uintptr_t base = (uintptr_t)12 << 44;
+    for (int step = 0; step < 60; step++) { /* 60 x 25 ms: 15 looks at 100 ms */
+        for (uintptr_t i = 0; i < 150; i++)
+            large_alloc(base + (i << 32), 4 * MB);
+        cg_charge(600 * MB);
+        sleep_ms(5);
+        for (uintptr_t i = 0; i < 150; i++)
+            large_free(base + (i << 32));
+        cg_charge(0);
+        sleep_ms(20);
+    }
+    /* At most the first step's buffers: the heap grew for them, which
+     * shows no demand until they are taken again. */
+    assert_true(released(FA_REL_pressure) <= 600 * MB);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) >= 590 * MB);
+    /* The unload: 1 GiB more free; within a few looks it is back. */
+    uint64_t before = released(FA_REL_pressure);
+    cg_live -= 1024 * MB;
+    __atomic_fetch_add(&heap_free, 1024 * MB, __ATOMIC_RELAXED);
+    cg_charge(0);
+    fa_release_on_free(1024 * MB, true);
+    for (int ms = 0; ms < 1000 && released(FA_REL_pressure) - before < 1000 * MB; ms += 10)
+        sleep_ms(10);
+    assert_true(released(FA_REL_pressure) - before >= 1000 * MB);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) >= 590 * MB); /* the steps' share stays */
+    /* Another process takes the room down to less than a quarter of what
+     * is held: everything goes. */
+    cg_live = ((uint64_t)8 << 30) - heap_free - 100 * MB;
+    cg_charge(0);
+    for (int ms = 0; ms < 1000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 2 * MB; ms += 10)
+        sleep_ms(10);
+    assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) <= 2 * MB);
+    fa_background_stop();
+}
+
 /* Tests whose state must be the process's own (what the policy learnt,
  * whether a thread ever ran, the settings loaded before any thread) run
  * alone, by name: `test_release_thread learn` and so on. */
@@ -544,9 +738,13 @@ static const struct CMUnitTest alone[] = {
     cmocka_unit_test(test_retire_before_creator_returns), /* starting */
     cmocka_unit_test(test_stop_while_releasing),        /* stop */
     cmocka_unit_test(test_stop_waits_for_thread),       /* exit */
+    cmocka_unit_test(test_regret_at_human_pace),        /* pace */
+    cmocka_unit_test(test_growth_is_not_regret),        /* growth */
+    cmocka_unit_test(test_small_block_demand),          /* smalldemand */
+    cmocka_unit_test(test_pressure_keeps_demand),       /* pressure */
 };
 static const char *const alone_names[] = {"learn", "leftover", "retire", "small", "batch", "starting", "stop",
-                                          "exit"};
+                                          "exit", "pace", "growth", "smalldemand", "pressure"};
 _Static_assert(sizeof alone / sizeof alone[0] == sizeof alone_names / sizeof alone_names[0], "a name per test");
 
 int main(int argc, char **argv)
