@@ -856,8 +856,14 @@ size_t fa_release_all(void)
 
 void fa_release_before_fork(void)
 {
-    release_everything(FA_REL_fork, false);
-    __atomic_store_n(&tick_due_ms, 0, __ATOMIC_RELAXED); /* the thread leaves */
+    /* What the windows call unused goes back now, as the thread's next
+     * look would have returned it; what the program used within them stays
+     * (a program that forks per task needs it again after the fork).  The
+     * thread left: no look is coming, so the next check of the free path
+     * (or the next large frees) starts it again. */
+    tick(mono_ms());
+    __atomic_store_n(&tick_due_ms, 0, __ATOMIC_RELAXED);
+    nudge_later();
 }
 
 void fa_release_totals(uint64_t *count, uint64_t bytes[FA_REL_COUNT])

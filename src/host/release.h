@@ -123,8 +123,11 @@ void fa_release_fork_child(void);
 /* fa_release_fork_child for the child of a fork that ran no fork handlers
  * (core/owner.h): async-signal-safe, no call into tcmalloc. */
 void fa_release_adopt(void);
-/* Before a fork, once the background thread stopped for it: the free
- * memory it watched goes back now (it would stay unwatched otherwise). */
+/* Before a fork, once the background thread stopped for it: the policy
+ * looks once more and returns what its windows call unused; the rest
+ * stays (a program that forks per task would fault it in again after
+ * every fork), and the next allocator call that checks starts the thread
+ * again. */
 void fa_release_before_fork(void);
 
 #endif

@@ -50,6 +50,11 @@ static uint64_t wake_at;
 #define WAKE_SLACK_MS 100
 static int stopping;     /* exit under way */
 static int pausing;      /* a fork is under way: the thread leaves, none starts */
+/* After the thread left for a fork, the parent starts none before this
+ * (CLOCK_MONOTONIC_COARSE ms): Python 3.12 counts the process's threads
+ * right after fork() returns, to warn about forking a threaded process. */
+static uint64_t no_start_before;
+#define FORK_QUIET_MS 100
 static int working;      /* inside a tick or a dump */
 static pid_t thread_tid; /* the running thread's kernel id */
 static uint64_t interval_ms, next_dump_ms;
@@ -214,7 +219,13 @@ static bool wake(bool start)
     case UNAVAILABLE:
         return false;
     default:
-        return start && start_thread();
+        if (!start)
+            return false;
+        /* Too soon after the fork: a later free that checks (or the next
+         * large frees) asks again. */
+        if (mono_ms() < __atomic_load_n(&no_start_before, __ATOMIC_RELAXED))
+            return false;
+        return start_thread();
     }
 }
 
@@ -311,13 +322,16 @@ void fa_background_stop(void)
 
 /* Python 3.12 and later warn on os.fork() in a process with more than one
  * thread, and unshare(2) of a user namespace fails in one.  When the
- * thread runs only for the release policy, it leaves before the fork and
- * the free memory it watched goes back: the process forks single-threaded
- * (the kernel's count, /proc's, is down once the thread is reaped) and the
- * next large frees start it again.  Runs before tcmalloc's prepare handler
- * (registered first, run last), so the thread can still finish a call
- * into tcmalloc.  With periodic dumps, polling or a device pool to shrink,
- * the thread stays. */
+ * thread runs only for the release policy, it leaves before the fork: the
+ * process forks single-threaded (the kernel's count, /proc's, is down once
+ * the thread is reaped).  The free memory it watched stays; the parent
+ * starts the thread again at an allocator call FORK_QUIET_MS after the
+ * fork at the earliest (Python counts threads right after fork() returns).
+ * Runs before tcmalloc's prepare handler (registered first, run last), so
+ * the thread can still finish a call into tcmalloc.  With periodic dumps,
+ * polling or a device pool to shrink, the thread stays. */
+static int left_for_fork;
+
 void fa_background_fork_prepare(void)
 {
     if (__atomic_load_n(&state, __ATOMIC_SEQ_CST) != RUNNING || interval_ms || fa_release_polling() ||
@@ -330,16 +344,26 @@ void fa_background_fork_prepare(void)
      * stuck elsewhere. */
     wait_gone(5000);
     fa_release_before_fork();
+    left_for_fork = 1;
     errno = saved;
 }
 
-void fa_background_fork_parent(void) { __atomic_store_n(&pausing, 0, __ATOMIC_SEQ_CST); }
+void fa_background_fork_parent(void)
+{
+    if (left_for_fork) {
+        __atomic_store_n(&no_start_before, mono_ms() + FORK_QUIET_MS, __ATOMIC_RELAXED);
+        left_for_fork = 0;
+    }
+    __atomic_store_n(&pausing, 0, __ATOMIC_SEQ_CST);
+}
 
 /* The child has no thread.  Periodic dumps go on in it, due an interval
  * after the fork. */
 static void reset_child(void)
 {
     pausing = 0;
+    left_for_fork = 0;
+    no_start_before = 0;
     thread_tid = 0;
     state = IDLE;
     word = 0;

@@ -42,8 +42,7 @@ extern const char *const fa_tc_props[FA_TC_COUNT];
     X(delay, "free memory that stayed unused for FORGEALLOC_RELEASE_DELAY (also while the program idles)", arg) \
     X(threshold, "returned at once past FORGEALLOC_RELEASE_THRESHOLD (FORGEALLOC_RELEASE_DELAY=0)", arg)        \
     X(pressure, "returned at once because the memory cgroup or the machine ran short", arg)                    \
-    X(request, "returned on request: malloc_trim, forgealloc_release", arg)                                      \
-    X(fork, "returned before a fork, with the background thread stopped: the process forks single-threaded", arg)
+    X(request, "returned on request: malloc_trim, forgealloc_release", arg)
 
 enum fa_release_reason {
 #define FA_REL_ENUM(name, doc, arg) FA_REL_##name,

@@ -63,6 +63,14 @@
  *   p_release inherit S  256 MB freed, fork: the child makes one small
  *                      allocation and sleeps S seconds (no other call):
  *                      "child rss_start_mb N rss_end_mb N"
+ *   p_release forkkeep S  256 MB freed; once the background thread runs,
+ *                      fork (the child exits at once), then, as Python 3.12
+ *                      does right after fork(), count the threads with
+ *                      stdio; S seconds later the parent makes small
+ *                      allocations and waits until RSS is within 64 MB of
+ *                      its start: "threads_after_fork N rss_start_mb N
+ *                      rss_after_fork_mb N settled_after_ms T" (-1: not
+ *                      within 20 s)
  *   p_release steps LIVE STEP N  LIVE MB allocated and touched and kept,
  *                      then N steps of: STEP MB in 4 MB blocks allocated,
  *                      touched, all freed, 20 ms asleep (a training or
@@ -644,6 +652,37 @@ int main(int argc, char **argv)
         }
         int status = 0;
         waitpid(pid, &status, 0);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    if (strcmp(mode, "forkkeep") == 0) {
+        long start = rss_mb();
+        free_burst(64);
+        for (int ms = 0; ms < 2000 && helper_threads() == 0; ms += 5) {
+            struct timespec ts = {0, 5 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(0);
+        int threads = kernel_threads();
+        long after_fork = rss_mb();
+        int status = 0;
+        waitpid(pid, &status, 0);
+        struct timespec ts = {(time_t)arg, (long)((arg - (time_t)arg) * 1e9)};
+        nanosleep(&ts, NULL);
+        for (int i = 0; i < 1000; i++)
+            free(malloc(64));
+        long after = -1;
+        for (long ms = 0; ms <= 20000; ms += 50) {
+            if (rss_mb() <= start + 64) {
+                after = ms;
+                break;
+            }
+            struct timespec tick = {0, 50 * 1000000L};
+            nanosleep(&tick, NULL);
+        }
+        printf("threads_after_fork %d rss_start_mb %ld rss_after_fork_mb %ld settled_after_ms %ld\n", threads, start,
+               after_fork, after);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     }
     if (strcmp(mode, "steps") == 0 && argc > 4) {
