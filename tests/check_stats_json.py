@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Validate a forgealloc stats JSON document against the documented key set (README, "Statistics").
+"""Validate a forgealloc stats JSON document against the documented key set (docs/stats.md).
 
 Reads the document from the file named on the command line (or stdin) and
 exits non-zero with one line per problem.  Used by the unit tests (hand-made

@@ -83,7 +83,8 @@ enum fa_field_metric {
  * Who serves malloc (host.interposed, host.served_by: a flag with a path
  * that Prometheus shows as a label), the calls, the size histogram and
  * tcmalloc's numbers have tables and renderings of their own.
- * tests/check_stats_json.py reads its list of host keys from this table. */
+ * tests/check_stats_json.py reads its list of host keys from this table, and
+ * tests/check_docs.py makes the key tables of docs/stats.md from it. */
 #define FA_HOST_FIELDS(X)                                                                                      \
     X("bytes_requested", FA_COUNTER, FA_NO_METRIC, 1, s->host.bytes_requested,                                  \
       "bytes requested by allocating calls (calloc: n*size; calls refused for their arguments: none)")           \
@@ -109,7 +110,7 @@ enum fa_field_metric {
 #define FA_HOST_RELEASE_ROW(name, doc, X) \
     X("release." #name "_bytes", FA_COUNTER, FA_METRIC, 1, s->released_by[FA_REL_##name], doc)
 
-/* Per-device numbers: JSON keys of device.devices[] (the README lists them), unit and
+/* Per-device numbers: JSON keys of device.devices[] (docs/stats.md lists them), unit and
  * meaning.  allocs = pool_allocs + fallback_allocs. */
 #define FA_DEVICE_FIELDS(X)                                                                          \
     X(pool_bytes, "bytes", "memory reserved from the driver for the pool")                           \

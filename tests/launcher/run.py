@@ -419,11 +419,12 @@ def case_env():
     for args in (["env"], ["env", "--markdown"]):
         r = sh(["sh", "-c", '"$@" | head -c 1 >/dev/null', "sh", launcher()] + args)
         check(r.stderr == "", f"forgealloc {' '.join(args)} | head: {r.stderr!r}")
-    # The README's table is the one the library prints: it cannot drift.
+    # The settings page's table is the one the library prints: it cannot drift.
     r = sh([launcher(), "env", "--markdown"])
-    readme = open(os.path.join(A.srcdir, "README.md")).read()
-    check(r.stdout.strip() and r.stdout.strip() in readme,
-          "README.md's settings table differs from `forgealloc env --markdown`; paste the new one in")
+    page = open(os.path.join(A.srcdir, "docs", "settings.md")).read()
+    check(r.stdout.strip() and r.stdout.strip() in page,
+          "docs/settings.md's settings table differs from `forgealloc env --markdown`; paste the new one in "
+          "between its BEGIN/END markers")
 
 
 def case_doctor():
@@ -474,7 +475,7 @@ def case_report():
         for name, code in (("a", "x = 1"), ("b", "x = [bytes(100) for _ in range(50000)]")):
             r = sh([launcher(), "run", "--stats", "json", "--stats-file", f"{d}/{name}.json", "--", A.python, "-c",
                     code])
-            check(r.returncode == 0 and r.stderr == "", f"the README's example prints nothing: {r.stderr!r}")
+            check(r.returncode == 0 and r.stderr == "", f"the docs' report example prints nothing: {r.stderr!r}")
         r = sh([launcher(), "report", f"{d}/a.json"])
         check(r.returncode == 0 and re.search(r"^\s+malloc\s+[\d,]+$", r.stdout, re.M), f"one report: {r.stdout}")
         r = sh([launcher(), "report", f"{d}/a.json", f"{d}/b.json"])
@@ -575,19 +576,19 @@ def case_pid1():
 
 
 def case_readme_image():
-    """The README's recipe for adding forgealloc to an existing image makes the directory the entrypoint writes its
-    stats files to (the package does not), writable for all as the project's image makes it; where it is missing,
-    the entrypoint falls back to $TMPDIR/forgealloc-$UID without a word, and no dump is lost."""
-    readme = open(os.path.join(A.srcdir, "README.md")).read()
+    """The recipe in docs/docker.md for adding forgealloc to an existing image makes the directory the entrypoint
+    writes its stats files to (the package does not), writable for all as the project's image makes it; where it is
+    missing, the entrypoint falls back to $TMPDIR/forgealloc-$UID without a word, and no dump is lost."""
+    page = open(os.path.join(A.srcdir, "docs", "docker.md")).read()
     entry = os.path.join(A.srcdir, "docker", "entrypoint.sh")
     m = re.search(r"export FORGEALLOC_STATS_DIR=(\S+)", open(entry).read())
     check(m, "the entrypoint's stats directory not found in entrypoint.sh")
     stats_dir = m.group(1)
-    recipe = re.search(r"To add the shim to an existing .*?```dockerfile\n(.*?)```", readme, re.S)
-    check(recipe, "the README's recipe for an existing image not found")
+    recipe = re.search(r"To add the shim to an existing .*?```dockerfile\n(.*?)```", page, re.S)
+    check(recipe, "the recipe for an existing image not found in docs/docker.md")
     check(re.search(rf"mkdir -p {re.escape(stats_dir)}\b", recipe.group(1))
           and re.search(rf"chmod 1777 {re.escape(stats_dir)}\b", recipe.group(1)),
-          f"the README's recipe does not make {stats_dir} (writable for all):\n{recipe.group(1)}")
+          f"the recipe in docs/docker.md does not make {stats_dir} (writable for all):\n{recipe.group(1)}")
     dockerfile = open(os.path.join(A.srcdir, "docker", "Dockerfile")).read()
     check(f"mkdir -p {stats_dir} && chmod 1777 {stats_dir}" in dockerfile, f"docker/Dockerfile does not make {stats_dir}")
     if os.path.exists(stats_dir):
