@@ -18,7 +18,8 @@ first gap then holds the leftover and the encoder's memory together.
 
 usage: prompt_change.py --encoder MB --prompts N --gap S [--hold S] [--loaded MB]
 Prints one JSON object: offload_ms (median over prompts after the first; offload_ms_mean their mean,
-which counts the prompts an allocator made slow while it learnt),
+which counts the prompts an allocator made slow while it learnt; offload_ms_later the median from the third
+prompt on, once an allocator that learns from the second had the chance),
 offload_ms_first, anon_gap_max / anon_gap_median (RssAnon late in each gap,
 bytes) and rss_baseline.
 """
@@ -97,6 +98,8 @@ def main():
                 "offload_ms": round(statistics.median(later) * 1000, 2),
                 "offload_ms_mean": round(statistics.mean(later) * 1000, 2),
                 "offload_ms_first": round(offload[0] * 1000, 2),
+                "offload_ms_later": round(statistics.median(offload[2:] or later) * 1000, 2),
+                "offload_ms_each": [round(x * 1000, 2) for x in offload],
                 "anon_gap_max": max(gap_anon),
                 "anon_gap_median": int(statistics.median(gap_anon)),
             }

@@ -17,6 +17,7 @@ Usually run through scripts/bench.sh; see --help.
 """
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -33,12 +34,16 @@ from dataclasses import dataclass, field
 import gpu  # the GPU workloads (gpu.py): run when a CUDA device is present
 from libs import find_library
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cgroups import in_cgroup, limited_cgroup  # noqa: E402
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
 
 CC = os.environ.get("CC", "gcc")
 CFLAGS = ("-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-pthread")
-C_PROGRAMS = ("measure", "churn", "prodcons", "large_repeat", "large_churn", "release_burst", "proc_start")
+C_PROGRAMS = ("measure", "churn", "prodcons", "large_repeat", "large_churn", "release_burst", "proc_start", "fork_loop",
+              "steps")
 C_HEADERS = ("bench.h",)
 # Built against the stand-in CUDA runtime of tests/device, when the CMake
 # build has it (BUILD/tests/device/libcudart.so.13).
@@ -88,6 +93,10 @@ PROMPT_LOADED_MIB = ("300", "3900")  # the model built on the host before the fi
 PROMPT_CHANGES = ("3", "6")
 PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
 PROMPT_BUSY_CHANGES = ("6", "10")  # back to back: the next prompt follows at once
+PROMPT_GAPS_S = ("1", "10", "45", "120")  # a person's pace: the gap between prompts, swept
+PROMPT_GAP_CHANGES = "5"  # the time reported is the median of prompts 3 to 5
+FORK_LOOP = ((30, 100), "256")  # iterations, MiB of working set per iteration
+STEPS = ("300", "120", (100, 300), "20")  # MiB live, MiB per step, steps, ms between steps: fits 512 MiB
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
 REALLOC_GROW_MIB = ("100", "500")  # a buffer grown to this size, three times
@@ -114,6 +123,7 @@ class Workload:
     metrics: tuple = ()  # (JSON key, unit, scale) shown in the table
     needs_module: str = ""  # Python module without which the workload is skipped
     quick: bool = True  # False: left out of --quick unless named with --only
+    cgroup_mib: int = 0  # each run in a fresh memory cgroup limited to this (skipped where none can be made)
 
 
 STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
@@ -257,6 +267,47 @@ WORKLOADS = (
         needs_module="torch",
         quick=False,  # 8 s asleep per run: about 2 minutes for the standard set even at --reps 1
     ),
+    *(
+        Workload(
+            f"prompt-gap-{gap}s",
+            f"prompt-change with {gap} s between prompts (a person's pace), prompts 3-{PROMPT_GAP_CHANGES}",
+            "prompt_change.py",
+            ("--encoder", PROMPT_ENCODER_MIB, "--prompts", PROMPT_GAP_CHANGES, "--gap", gap),
+            allocators=("tcmalloc", "forgealloc"),
+            metrics=(
+                ("offload_ms_later", "ms/offload from the 3rd", 1),
+                ("anon_gap_median", "MB anon between prompts", 1 / MB),
+            ),
+            needs_module="torch",
+            quick=False,  # up to 10 minutes a run
+        )
+        for gap in PROMPT_GAPS_S
+    ),
+    Workload(
+        "fork-loop",
+        "256 MiB in 4 MiB blocks touched and freed, then a fork and wait, per iteration",
+        "fork_loop",
+        (FORK_LOOP[0], FORK_LOOP[1]),
+        metrics=(("ms_per_iter", "ms/iter", 1),),
+    ),
+    Workload(
+        "cgroup-steps",
+        "300 MiB live, 120 MiB of buffers per step, under a 512 MiB memory cgroup",
+        "steps",
+        STEPS,
+        allocators=("glibc", "tcmalloc", "forgealloc"),
+        metrics=(("step_ms_median", "ms/step", 1),),
+        cgroup_mib=512,
+    ),
+    Workload(
+        "cgroup-unload",
+        "a 300 MiB model freed, then a child needs 300 MiB, under a 512 MiB memory cgroup",
+        "steps",
+        ("100", "4", "1", "1", "300", "300"),
+        allocators=("glibc", "tcmalloc", "forgealloc"),
+        metrics=(("child_ok", "child got its memory", 1),),
+        cgroup_mib=512,
+    ),
     Workload("python", "CPython json/str/dict churn, pymalloc", "python_alloc.py", (PYTHON_ROUNDS,)),
     Workload(
         "python-malloc",
@@ -374,13 +425,18 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if not k.startswith(ALLOCATOR_ENV_PREFIXES)}
 
 
-def run_once(argv, env, preload, bin_dir, scratch):
-    """Run argv through measure; return one sample (times, peak RSS, metrics or failure)."""
+def run_once(argv, env, preload, bin_dir, scratch, cgroup_mib=0):
+    """Run argv through measure (in a fresh memory cgroup of cgroup_mib when
+    that is set); return one sample (times, peak RSS, metrics or failure)."""
     result_file = os.path.join(scratch, "measure.json")
     measure = [os.path.join(bin_dir, "measure"), result_file, str(RUN_TIMEOUT_S), preload]
-    proc = subprocess.run(
-        [*measure, *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace"
-    )
+    with limited_cgroup("memory", cgroup_mib << 20) if cgroup_mib else contextlib.nullcontext("") as d:
+        if d is None:
+            return {"ok": False, "failure": "no memory cgroup can be made here"}
+        proc = subprocess.run(
+            [*(in_cgroup(d) if d else []), *measure, *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+            text=True, errors="replace"
+        )
     if proc.returncode != 0:
         return {"ok": False, "failure": f"measure failed: {proc.stderr.strip()[-200:]}"}
     with open(result_file) as f:
@@ -449,12 +505,12 @@ def run_workload(workload, allocators, reps, argv, base_env, bin_dir, scratch):
     in the order of round_order."""
     samples = {a.name: [] for a in allocators}
     first = allocators[0]
-    run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch)
+    run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch, workload.cgroup_mib)
     for rep in range(reps):
         line = []
         for allocator in (allocators[i] for i in round_order(len(allocators), rep)):
             env = dict(base_env, **workload.env, **allocator.env)
-            sample = run_once(argv, env, allocator.preload, bin_dir, scratch)
+            sample = run_once(argv, env, allocator.preload, bin_dir, scratch, workload.cgroup_mib)
             # Record the size of the stats dump (0 = none written) and remove it.
             stats_file = env.get("FORGEALLOC_STATS_FILE")
             if stats_file and sample["ok"]:
@@ -669,6 +725,12 @@ def main():
                 continue
             if not workload.program.endswith(".py") and not os.path.exists(os.path.join(bin_dir, workload.program)):
                 continue  # its build was skipped, with a note above
+            if workload.cgroup_mib:
+                with limited_cgroup("memory", workload.cgroup_mib << 20) as d:
+                    if d is None:
+                        print(f"note: {workload.name}: needs a memory cgroup of its own (the line above says why), "
+                              "skipped")
+                        continue
             argv = workload_argv(workload, mode, bin_dir)
             print(f"{workload.name}: {' '.join(argv)}", file=sys.stderr, flush=True)
             chosen = [allocators[n] for n in names]

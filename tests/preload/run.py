@@ -6,7 +6,6 @@
 Each case is a function below; ctest runs one case per test.  Exit status
 0 = pass, 1 = fail (with the reason printed), 77 = skipped (ctest's
 SKIP_RETURN_CODE), e.g. PyTorch not installed."""
-import contextlib
 import difflib
 import fcntl
 import glob
@@ -26,6 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import check_stats_json  # noqa: E402
+from cgroups import in_cgroup, limited_cgroup  # noqa: E402
 from harness import DEFAULT_PYTHON, SKIP, Failure, check, main  # noqa: E402
 
 ARGS = None
@@ -617,67 +617,6 @@ def case_release_page_cache():
             with open(f"{tmp}/dump.json") as f:
                 rel = json.load(f)["host"]["release"]
             check(rel["pressure_bytes"] == 0, f"page cache taken for pressure: {rel}")
-
-
-def new_cgroup(controller, v1_limit, v2_limit):
-    """A fresh cgroup under ours with `controller`: (directory, limit file),
-    or None with the reason printed."""
-    if os.geteuid() != 0:
-        print(f"skipped: creating a {controller} cgroup needs root")
-        return None
-    with open("/proc/self/cgroup") as f:
-        lines = [ln.strip().split(":", 2) for ln in f if ln.strip()]
-    candidates = []
-    for _, ctrl, path in lines:
-        if controller in ctrl.split(","):
-            candidates.append((f"/sys/fs/cgroup/{controller}{path}", v1_limit))
-    for _, ctrl, path in lines:
-        if ctrl == "":
-            for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-                if os.path.exists(f"{root}/cgroup.controllers"):
-                    candidates.append((f"{root}{path}", v2_limit))
-    for base, limit in candidates:
-        d = os.path.join(base, f"forgealloc-test-{os.getpid()}")
-        try:
-            os.mkdir(d)
-        except OSError:
-            continue
-        if os.path.exists(os.path.join(d, limit)):
-            return d, limit
-        os.rmdir(d)
-    print(f"skipped: no {controller} cgroup can be created here (cgroup v1 {controller} controller or v2 with "
-          f"{controller} enabled)")
-    return None
-
-
-CGROUP_LIMITS = {"memory": ("memory.limit_in_bytes", "memory.max"), "pids": ("pids.max", "pids.max")}
-
-
-@contextlib.contextmanager
-def limited_cgroup(controller, limit):
-    """A fresh cgroup of `controller` with its limit set, removed afterwards;
-    None (the reason printed) where none can be made here."""
-    cg = new_cgroup(controller, *CGROUP_LIMITS[controller])
-    if cg is None:
-        yield None
-        return
-    d, limit_file = cg
-    try:
-        with open(os.path.join(d, limit_file), "w") as f:
-            f.write(str(limit))
-        yield d
-    finally:
-        for _ in range(50):
-            try:
-                os.rmdir(d)
-                break
-            except OSError:
-                time.sleep(0.1)
-
-
-def in_cgroup(d):
-    """A command prefix that moves into cgroup d, then runs the rest."""
-    return ["/bin/sh", "-c", f'echo $$ > {d}/cgroup.procs && exec "$@"', "sh"]
 
 
 def case_release_nothread():
