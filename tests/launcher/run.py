@@ -38,7 +38,8 @@ def sh(cmd, e=None, cwd=None, timeout=120):
 
 
 def launcher():
-    return os.path.join(A.srcdir, "scripts", "forgealloc")
+    """The forgealloc program as built (scripts/forgealloc, the source tree's stub, execs it: case stub)."""
+    return os.path.join(A.builddir, "forgealloc")
 
 
 def show_preload():
