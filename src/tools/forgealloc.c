@@ -103,20 +103,6 @@ const char *fa_base_name(const char *path, char *storage, size_t cap)
     return storage;
 }
 
-char *fa_stats_format(const char *text)
-{
-    while (*text == ' ' || *text == '\t')
-        text++;
-    size_t n = strlen(text);
-    while (n && (text[n - 1] == ' ' || text[n - 1] == '\t'))
-        n--;
-    char *f = fa_strf("%.*s", (int)n, text);
-    for (char *c = f; *c; c++)
-        if (*c >= 'A' && *c <= 'Z')
-            *c = (char)(*c - 'A' + 'a');
-    return f;
-}
-
 /* ---- the environment a program gets -------------------------------------- */
 
 static size_t name_len(const char *entry) { return strcspn(entry, "="); }

@@ -39,10 +39,6 @@ void fa_load_check(const char *lib);
 /* A name's last part: "/a/b/" -> "b" (as basename(1)), into storage. */
 const char *fa_base_name(const char *path, char *storage, size_t cap);
 
-/* The stats format as the library reads FORGEALLOC_STATS: lower case,
- * the blanks around it dropped (malloc'd). */
-char *fa_stats_format(const char *text);
-
 /* ---- an environment for execve --------------------------------------- */
 
 typedef struct fa_env {

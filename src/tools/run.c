@@ -236,7 +236,7 @@ static bool make_dir(const char *dir)
  * (the container id under Docker), the start time and the pid: pids repeat
  * across containers and restarts that share the directory.  Returns
  * whether FORGEALLOC_STATS_MAIN_PID was set to this process. */
-static bool default_stats_file(fa_env *e, const char *format)
+static bool default_stats_file(fa_env *e, uint64_t format)
 {
     const char *t = getenv("TMPDIR");
     char *tmp = absolute(t && t[0] ? t : "/tmp");
@@ -270,7 +270,7 @@ static bool default_stats_file(fa_env *e, const char *format)
                 fallback, fresh);
         dir = fresh;
     }
-    const char *ext = strcmp(format, "json") == 0 ? "json" : strcmp(format, "prometheus") == 0 ? "prom" : "txt";
+    const char *ext = format == FA_STATS_JSON ? "json" : format == FA_STATS_PROMETHEUS ? "prom" : "txt";
     fa_env_set(e, "FORGEALLOC_STATS_FILE", fa_strf("%s/%%h-%%t-%%p.%s", literal(dir), ext));
     fa_env_set(e, "FORGEALLOC_STATS_MAIN_PID", fa_strf("%d", (int)getpid()));
     /* A program that runs commands all day (a UI polling nvidia-smi) would
@@ -278,6 +278,14 @@ static bool default_stats_file(fa_env *e, const char *format)
     const char *keep = getenv("FORGEALLOC_STATS_KEEP");
     fa_env_set(e, "FORGEALLOC_STATS_KEEP", keep && keep[0] ? keep : "1000");
     return true;
+}
+
+/* The value of a setting as the library reads it, with its own parser:
+ * false where it is not one. */
+static bool setting(enum fa_opt_id id, const char *text, fa_optval *v)
+{
+    const char *expected;
+    return text && fa_option_parse(&fa_option_table[id], text, v, &expected);
 }
 
 /* ---- PID 1 and tini -------------------------------------------------------------- */
@@ -292,8 +300,8 @@ static void pid1_note(const char *cmd)
 {
     if (getpid() != 1)
         return;
-    const char *log = getenv("FORGEALLOC_LOG");
-    if (strcmp(fa_stats_format(log ? log : ""), "error") == 0)
+    fa_optval log;
+    if (setting(FA_OPT_LOG, getenv("FORGEALLOC_LOG"), &log) && log.u == FA_LOG_ERROR)
         return;
     const char *base = strrchr(cmd, '/') ? strrchr(cmd, '/') + 1 : cmd;
     static const char *const inits[] = {"docker-init", "dumb-init", "catatonit", "s6-svscan",
@@ -515,11 +523,8 @@ static _Noreturn void run_waiting(const char *path, char **argv, fa_env *e, bool
     for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
         if (caught[stop_signals[i]])
             sigaction(stop_signals[i], &second, NULL);
-    for (;;) {
-        pid_t pid = waitpid(-getpgrp(), &status, 0);
-        if (pid < 0 && errno == ECHILD)
-            break;
-    }
+    while (waitpid(-getpgrp(), &status, 0) >= 0 || errno == EINTR)
+        ;
     fa_leave(code);
 }
 
@@ -576,11 +581,18 @@ int fa_cmd_run(int argc, char **argv)
     if (i >= argc)
         fa_die("run: no command given (usage: forgealloc run [OPTIONS] -- CMD...)");
     char **cmd = argv + i;
-    char *format = fa_stats_format(stats);
-    if (format[0] && strcmp(format, "off") != 0 && strcmp(format, "text") != 0 && strcmp(format, "json") != 0 &&
-        strcmp(format, "prometheus") != 0)
-        fa_die("--stats %s: use off, text, json or prometheus", stats);
-    stats = format;
+    /* --stats is read as the library reads FORGEALLOC_STATS (blanks alone:
+     * not given), and passed on by its name. */
+    fa_optval format = {.u = FA_STATS_TEXT};
+    char name[32] = "";
+    if (stats[strspn(stats, " \t")]) {
+        if (!setting(FA_OPT_STATS, stats, &format))
+            fa_die("--stats %s: use off, text, json or prometheus", stats);
+        fa_buf b;
+        fa_buf_init(&b, name, sizeof name);
+        fa_option_format_value(&b, FA_OPT_STATS, &format);
+    }
+    stats = name;
 
     char *path = command_path(cmd[0]);
     char *lib = fa_need_lib();
@@ -604,8 +616,12 @@ int fa_cmd_run(int argc, char **argv)
     fa_env_init(&e);
     char *preload = compose_preload(lib, getenv("LD_PRELOAD"));
     if (!stats[0]) {
+        /* The caller's setting, as it is (one the library refuses is not
+         * off: it says so, and the files are .txt). */
         const char *caller = getenv("FORGEALLOC_STATS");
         stats = caller && caller[0] ? caller : "text";
+        if (!setting(FA_OPT_STATS, stats, &format))
+            format.u = FA_STATS_TEXT;
     }
     if (pool[0])
         fa_env_set(&e, "FORGEALLOC_DEVICE_POOL_SIZE", pool);
@@ -613,8 +629,8 @@ int fa_cmd_run(int argc, char **argv)
     bool main_pid_ours = false;
     if (!stats_file[0] && caller_file && caller_file[0])
         stats_file = caller_file;
-    else if (!stats_file[0] && strcmp(fa_stats_format(stats), "off") != 0)
-        main_pid_ours = default_stats_file(&e, fa_stats_format(stats));
+    else if (!stats_file[0] && format.u != FA_STATS_OFF)
+        main_pid_ours = default_stats_file(&e, format.u);
     if (stats_file[0]) {
         /* From here: a child started in another directory writes here too
          * (a % in this directory's name stands for itself). */
