@@ -126,16 +126,6 @@ void fa_env_init(fa_env *e)
     e->v[n] = NULL;
 }
 
-void fa_env_unset(fa_env *e, const char *name)
-{
-    size_t n = name_len(name), k = 0;
-    for (size_t i = 0; i < e->n; i++)
-        if (!is_entry(e->v[i], name, n))
-            e->v[k++] = e->v[i];
-    e->n = k;
-    e->v[k] = NULL;
-}
-
 void fa_env_set(fa_env *e, const char *name, const char *value)
 {
     char *entry = fa_strf("%s=%s", name, value);
@@ -161,15 +151,6 @@ void fa_env_set(fa_env *e, const char *name, const char *value)
     }
     e->v[e->n++] = entry;
     e->v[e->n] = NULL;
-}
-
-const char *fa_env_get(const fa_env *e, const char *name)
-{
-    size_t n = name_len(name);
-    for (size_t i = 0; i < e->n; i++)
-        if (is_entry(e->v[i], name, n))
-            return e->v[i] + n + 1;
-    return NULL;
 }
 
 /* ---- finding the pieces ----------------------------------------------------- */
@@ -258,18 +239,22 @@ static char *find_script(const char *installed, const char *name, bool executabl
     return first_file(cands, executable);
 }
 
-/* The first executable file called `name` on PATH, or NULL. */
-static char *on_path(const char *name)
+char *fa_path_search(const char *name, char **found)
 {
-    const char *path = getenv("PATH");
-    if (!path)
-        path = "/bin:/usr/bin";
-    for (const char *p = path;; p++) {
+    const char *dirs = getenv("PATH");
+    if (!dirs)
+        dirs = "/bin:/usr/bin";
+    *found = NULL;
+    for (const char *p = dirs;; p++) {
         size_t n = strcspn(p, ":");
         char *c = fa_strf("%.*s%s%s", (int)n, p, n ? "/" : "", name);
-        if (is_file(c) && access(c, X_OK) == 0)
-            return c;
-        free(c);
+        struct stat st;
+        if (stat(c, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            if (euidaccess(c, X_OK) == 0)
+                return c;
+            if (!*found)
+                *found = c;
+        }
         p += n;
         if (!*p)
             return NULL;
@@ -465,7 +450,7 @@ static int cmd_report(int argc, char **argv)
     }
     if (argc < 1 || argc > 2)
         fa_die("report: give one or two JSON stats files (FORGEALLOC_STATS=json)");
-    char *python = on_path("python3");
+    char *other, *python = fa_path_search("python3", &other);
     if (!python)
         fa_die("this command needs python3; install it (apt-get install python3)");
     char *helper = find_script(FA_BIN_TO_DATA, "forgealloc.py", false);

@@ -32,6 +32,12 @@ char *fa_need_lib(void);
 /* forgealloc-query next to the library `lib` or this program, or NULL. */
 char *fa_find_query(const char *lib);
 
+/* As execvp looks for `name` (no '/'): the first executable file of that
+ * name on PATH (unset: /bin:/usr/bin; an empty entry is the current
+ * directory), or NULL with *found set to the first file of that name that
+ * is not executable, or NULL. */
+char *fa_path_search(const char *name, char **found);
+
 /* Runs `lib` in /bin/true, as every process of a command would load it;
  * dies with one line saying why when the loader cannot preload it. */
 void fa_load_check(const char *lib);
@@ -51,9 +57,6 @@ void fa_env_init(fa_env *e);
 /* NAME=VALUE in place of the first NAME entry (later ones dropped), or
  * appended. */
 void fa_env_set(fa_env *e, const char *name, const char *value);
-void fa_env_unset(fa_env *e, const char *name);
-/* The first NAME entry's value, or NULL. */
-const char *fa_env_get(const fa_env *e, const char *name);
 
 /* The subcommand run, in run.c. */
 int fa_cmd_run(int argc, char **argv);

@@ -68,27 +68,12 @@ static char *command_path(const char *cmd)
             fa_die_with(127, "run: %s does not exist", cmd);
         path = strdup(cmd);
     } else {
-        /* As execvp: the first executable file of that name on PATH, else
-         * the first file of that name (not executable: said below). */
-        const char *dirs = getenv("PATH");
-        if (!dirs)
-            dirs = "/bin:/usr/bin";
-        for (const char *p = dirs;; p++) {
-            size_t n = strcspn(p, ":");
-            char *c = fa_strf("%.*s%s%s", (int)n, p, n ? "/" : "", cmd);
-            if (stat(c, &st) == 0 && !S_ISDIR(st.st_mode)) {
-                if (executable(c)) {
-                    free(path);
-                    path = c;
-                    break;
-                }
-                if (!path)
-                    path = c;
-            }
-            p += n;
-            if (!*p)
-                break;
-        }
+        /* The first executable file of that name on PATH, else the first
+         * file of that name (not executable: said below). */
+        char *other;
+        path = fa_path_search(cmd, &other);
+        if (!path)
+            path = other;
         if (!path)
             fa_die_with(127, "run: %s: command not found on PATH", cmd);
     }
