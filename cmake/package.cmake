@@ -14,8 +14,8 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT) # forgealloc_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 # dpkg-shlibdeps (packages dpkg-dev and file) derives the dependencies from what the
 # binaries link: libtcmalloc-minimal4, libc6, libstdc++6, with versions.
-# python3 runs `forgealloc env`, `report` and `doctor`; tini is the init the
-# Docker image runs the command under.
+# (The forgealloc command is linked statically: it adds none.)  python3 runs
+# `forgealloc report`; tini is the init the Docker image runs the command under.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "tini")

@@ -22,8 +22,8 @@
 set -euf
 
 # The shell exports PWD, which Docker does not pass, or rewrites it: the
-# command gets the caller's environment (the launcher puts back the rest),
-# with PWD as the caller passed it, or none.
+# command gets the caller's environment (the launcher passes it on as it
+# comes), with PWD as the caller passed it, or none.
 if [ -r "/proc/$$/environ" ]; then
     if caller_pwd=$(tr '\0' '\n' <"/proc/$$/environ" | grep -m 1 '^PWD='); then
         export PWD="${caller_pwd#PWD=}"
@@ -43,7 +43,11 @@ fi
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 launcher=""
-for c in "$here/forgealloc" "$here/../../bin/forgealloc" "$here/../scripts/forgealloc"; do
+# Installed (share/forgealloc beside bin/), else the program built from
+# this source tree, as scripts/forgealloc finds it (that script itself is
+# a shell, which would export PWD again).
+for c in "$here/forgealloc" "$here/../../bin/forgealloc" ${FORGEALLOC_LIB:+"${FORGEALLOC_LIB%/*}/forgealloc"} \
+    "$here/../build/forgealloc"; do
     if [ -x "$c" ]; then
         launcher=$c
         break

@@ -13,12 +13,11 @@ The functions are found through ctypes.CDLL(None), i.e. in the process's
 global symbol scope, where the preloaded library put them.  Without the shim,
 available() is False and the others raise ForgeallocUnavailable.
 
-Run as a script it is the Python side of the ``forgealloc`` command:
-``forgealloc.py env [--markdown]`` and ``forgealloc.py report FILE [OTHER]``.
+Run as a script it is the Python side of ``forgealloc report``:
+``forgealloc.py report FILE [OTHER]``.
 """
 import ctypes
 import json
-import os
 import signal
 import sys
 
@@ -96,29 +95,7 @@ def options():
     return _json_call(_need().forgealloc_options_json)
 
 
-# ---- command line: env and report ------------------------------------------------------
-
-def _env(markdown):
-    rows = options()
-    if markdown:
-        print("| variable | default | meaning |")
-        print("|---|---|---|")
-        for o in rows:
-            print(f"| `{o['name']}` | `{o['default'] or '(unset)'}` | {o['doc'].replace('|', '/')} |")
-        return 0
-    width = max(len(o["name"]) for o in rows)
-    strict = os.environ.get("_FORGEALLOC_CALLER_STRICT")  # the launcher runs this without it
-    for o in rows:
-        if o["name"] == "FORGEALLOC_STRICT" and strict is not None:
-            state = f"{strict}  (environment)"
-        elif o["scope"] == "library":
-            state = f"{o['effective']}  ({o['source']})"
-        else:
-            state = "read by the launchers"
-        print(f"{o['name']:<{width}}  default {o['default'] or '(unset)'!s:<10} now {state}")
-        print(f"{'':<{width}}  {o['doc']}")
-    return 0
-
+# ---- command line: report ----------------------------------------------------------
 
 def _human(n):
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -228,18 +205,10 @@ def _report(paths):
 
 
 def main(argv):
-    if argv[:1] in (["env"], ["report"]):
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly, as it ends other tools
-    if len(argv) >= 1 and argv[0] == "env" and len(argv) <= 2:
-        if not available():
-            print("forgealloc: run this under the library (forgealloc env does that)", file=sys.stderr)
-            return 2
-        rc = _env(len(argv) == 2 and argv[1] == "--markdown")
-        sys.stdout.flush()
-        os._exit(rc)  # the library's exit dump is the caller's business, not this table's
     if len(argv) in (2, 3) and argv[0] == "report":
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly, as it ends other tools
         return _report(argv[1:])
-    print("usage: forgealloc.py env [--markdown] | report FILE.json [OTHER.json]", file=sys.stderr)
+    print("usage: forgealloc.py report FILE.json [OTHER.json]", file=sys.stderr)
     return 2
 
 

@@ -1,9 +1,9 @@
 /* query.c - forgealloc-query: asks the libforgealloc.so preloaded into it.
  *
- * scripts/forgealloc runs it as `LD_PRELOAD=<lib> forgealloc-query WHAT`,
- * so `forgealloc env` and `doctor` read the option table and the state of
- * the very library a program would get, not a copy compiled in here.  It
- * is not linked to the library: it finds the public API with dlsym.
+ * `forgealloc version` and `doctor` run it as `LD_PRELOAD=<lib>
+ * forgealloc-query WHAT`, so they read the state of the very library a
+ * program would get, not a copy compiled in here.  It is not linked to
+ * the library: it finds the public API with dlsym.
  * `forgealloc-query served`, run with the caller's own environment, says
  * who serves malloc there (forgealloc or what came before it). */
 #define _GNU_SOURCE

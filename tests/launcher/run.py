@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Launcher tests: scripts/forgealloc, docker/entrypoint.sh and the Python
-helper, run for real.
+"""Launcher tests: the forgealloc command (as built; scripts/forgealloc, the
+source tree's stub, execs it), docker/entrypoint.sh and the Python helper,
+run for real.
 
     run.py CASE --lib /abs/libforgealloc.so --builddir DIR --srcdir DIR [--python PY]
 
@@ -38,7 +39,8 @@ def sh(cmd, e=None, cwd=None, timeout=120):
 
 
 def launcher():
-    return os.path.join(A.srcdir, "scripts", "forgealloc")
+    """The forgealloc program as built (scripts/forgealloc, the source tree's stub, execs it: case stub)."""
+    return os.path.join(A.builddir, "forgealloc")
 
 
 def show_preload():
@@ -178,6 +180,50 @@ def case_stats_unique():
         check(len(files) == 3, f"three runs with the same pids left {len(files)} files: {files}")
 
 
+def case_stub():
+    """scripts/forgealloc, the source tree's stub: execs the program built beside FORGEALLOC_LIB (or in build/), with
+    the caller's arguments, PID, exit status and environment (but PWD, which a POSIX shell exports); with nothing
+    built it says what to run, in one line, status 125."""
+    stub = os.path.join(A.srcdir, "scripts", "forgealloc")
+    p = subprocess.Popen([stub, "run", "--", "sh", "-c", "echo $$; exit 7"], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=60)
+    check(p.returncode == 7 and out.strip() == str(p.pid), f"through the stub: {p.returncode} {out!r} {err!r}")
+    ours = {"LD_PRELOAD", "FORGEALLOC_STATS", "FORGEALLOC_STATS_FILE", "FORGEALLOC_STATS_KEEP", "FORGEALLOC_STATS_MAIN_PID",
+            "PWD"}
+    with tempfile.TemporaryDirectory() as d:
+        caller = {"PATH": "/usr/local/bin:/usr/bin:/bin", "FORGEALLOC_LIB": A.lib, "SHLVL": "3", "OLDPWD": "/nonexistent"}
+        r = subprocess.run([stub, "run", "--", "/usr/bin/env", "-0"], env=caller, capture_output=True, text=True, cwd=d)
+        got = dict(kv.split("=", 1) for kv in r.stdout.split("\0") if kv)
+        changed = sorted(k for k in set(got) | set(caller) if got.get(k) != caller.get(k) and k not in ours)
+        check(r.returncode == 0 and not changed and os.path.isdir(got.get("PWD", "")) and os.path.samefile(got["PWD"], d),
+              f"environment through the stub: {[(k, caller.get(k), got.get(k)) for k in changed]} {r.stderr!r}")
+        os.mkdir(f"{d}/scripts")
+        shutil.copy(stub, f"{d}/scripts/forgealloc")
+        for e in (env(FORGEALLOC_LIB=None), env(FORGEALLOC_LIB=f"{d}/libforgealloc.so")):
+            r = sh([f"{d}/scripts/forgealloc", "version"], e)
+            lines = r.stderr.splitlines()
+            check(r.returncode == 125 and r.stdout == "" and len(lines) == 1 and "not built" in lines[0]
+                  and "scripts/build.sh" in lines[0], f"nothing built: {r.returncode} {r.stderr!r}")
+
+
+def case_wait_group_reaps():
+    """run --wait-group takes in the processes of the command's tree whose parent has ended (so that it can wait for
+    a start script's Python) and reaps each as it ends: none stays a zombie while the command runs."""
+    code = ("import os, subprocess, time\n"
+            "pid = int(subprocess.run(['sh', '-c', 'sleep 0.5 >/dev/null 2>&1 & echo $!'], capture_output=True,"
+            " text=True).stdout)\n"
+            "time.sleep(0.1)\n"
+            "ppid = open(f'/proc/{pid}/stat').read().rsplit(') ', 1)[1].split()[1]\n"
+            "time.sleep(1.5)\n"
+            "print(ppid, os.path.exists(f'/proc/{pid}'))\n")
+    p = subprocess.Popen([launcher(), "run", "--stats", "off", "--wait-group", "--", A.python, "-c", code], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=60)
+    check(p.returncode == 0 and out == f"{p.pid} False\n" and err == "",
+          f"the orphan's parent, and whether it is left (a zombie): {out!r} (launcher {p.pid}) {err!r}")
+
+
 def case_child_dir():
     """A child started in another directory still loads the shim."""
     code = "import forgealloc, sys; sys.exit(0 if forgealloc.available() else 1)"
@@ -202,6 +248,10 @@ def case_errors_and_help():
         check(r.returncode == status and len(lines) == 1 and word in lines[0], f"{cmd}: {r.returncode} {r.stderr!r}")
     r = sh([launcher(), "run", "--", "true"], env(FORGEALLOC_LIB="/nonexistent/libforgealloc.so"))
     check(r.returncode == 125 and "FORGEALLOC_LIB" in r.stderr, f"bad FORGEALLOC_LIB: {r.returncode} {r.stderr!r}")
+    # version asks the library, which writes no dump of its own for it, whatever FORGEALLOC_STATS says.
+    r = sh([launcher(), "version"], env(FORGEALLOC_STATS="text"))
+    check(r.returncode == 0 and re.match(r"^\d+\.\d+\.\d+\n$", r.stdout) and r.stderr == "",
+          f"version with FORGEALLOC_STATS=text: {r.stdout!r} {r.stderr!r}")
 
 
 def case_run_checks():
@@ -270,6 +320,20 @@ def case_loaded():
         # FORGEALLOC_STRICT=1 refuses unknown FORGEALLOC_* names: the launcher's own shell has none.
         r = sh([launcher(), "run", "--stats", "off", "--", "echo", "hi"], env(LD_PRELOAD=A.lib, FORGEALLOC_STRICT="1"))
         check(r.returncode == 0 and r.stdout == "hi\n" and r.stderr == "", f"strict, library loaded: {r!r}")
+        # The launcher itself never loads it (it is linked statically): a setting FORGEALLOC_STRICT=1 refuses does
+        # not keep env from listing the settings, nor --help from printing; staying as the command's parent
+        # (--wait-group), it writes no dump of its own.
+        strict = env(LD_PRELOAD=A.lib, FORGEALLOC_STRICT="1", FORGEALLOC_STAT="json")
+        r = sh([launcher(), "env"], strict)
+        check(r.returncode == 0 and re.search(r"^FORGEALLOC_STRICT .*now 1\s+\(environment\)", r.stdout, re.M)
+              and r.stderr.count("\n") == 1 and "FORGEALLOC_STAT is not a forgealloc setting" in r.stderr,
+              f"env, strict, library preloaded by the caller: {r.returncode} {r.stdout[-200:]!r} {r.stderr!r}")
+        r = sh([launcher(), "run", "--help"], strict)
+        check(r.returncode == 0 and "usage" in r.stdout and r.stderr == "", f"run --help, strict: {r!r}")
+        r = sh([launcher(), "run", "--wait-group", "--", A.python, "-c", "pass"],
+               env(LD_PRELOAD=A.lib, FORGEALLOC_STATS="json", FORGEALLOC_STATS_DIR=d))
+        check(r.returncode == 0 and r.stderr.count('"version"') == 1 and os.listdir(d) == [],
+              f"--wait-group, one dump, the command's: {r.stderr!r} {os.listdir(d)}")
 
 
 def case_environment():
@@ -1007,7 +1071,8 @@ def case_shellcheck():
     if not shutil.which("shellcheck"):
         print("shellcheck not installed - skipped")
         return SKIP
-    files = [os.path.join(A.srcdir, p) for p in ("scripts/forgealloc", "docker/entrypoint.sh", ".ci/run")]
+    files = [os.path.join(A.srcdir, p) for p in ("scripts/forgealloc", "scripts/forgealloc-doctor", "docker/entrypoint.sh",
+                                                 ".ci/run")]
     files += glob.glob(os.path.join(A.srcdir, "scripts", "*.sh"))
     r = subprocess.run(["shellcheck"] + files, capture_output=True, text=True)
     check(r.returncode == 0, r.stdout)
