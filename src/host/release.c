@@ -885,6 +885,7 @@ bool fa_release_in_background(void)
 static void reset_child(void)
 {
     memset(&hot, 0, sizeof hot);
+    nudge_due = 0; /* the parent's, for its own thread (fa_release_before_fork) */
     unpublished = 0; /* the thread that forked: the child's only one */
     busy = 0;
     releases = 0;
