@@ -95,8 +95,8 @@ PROMPT_GAP_S = ("2.5", "5")  # the GPU generating, the host still
 PROMPT_BUSY_CHANGES = ("6", "10")  # back to back: the next prompt follows at once
 PROMPT_GAPS_S = ("1", "10", "45", "120")  # a person's pace: the gap between prompts, swept
 PROMPT_GAP_CHANGES = "5"  # the time reported is the median of prompts 3 to 5
-FORK_LOOP = ((30, 100), "256")  # iterations, MiB of working set per iteration
-STEPS = ("300", "120", (100, 300), "20")  # MiB live, MiB per step, steps, ms between steps: fits 512 MiB
+FORK_LOOP = ((10, 100), (64, 256))  # iterations, MiB of working set per iteration
+STEPS = ((400, 300), (64, 120), (20, 300), "20")  # MiB live, MiB per step, steps, ms between steps: fits 512 MiB
 PYTHON_ROUNDS = (15, 60)
 PROC_STARTS = (100, 500)
 REALLOC_GROW_MIB = ("100", "500")  # a buffer grown to this size, three times
@@ -285,14 +285,14 @@ WORKLOADS = (
     ),
     Workload(
         "fork-loop",
-        "256 MiB in 4 MiB blocks touched and freed, then a fork and wait, per iteration",
+        "64/256 MiB in 4 MiB blocks touched and freed, then a fork and wait, per iteration",
         "fork_loop",
         (FORK_LOOP[0], FORK_LOOP[1]),
         metrics=(("ms_per_iter", "ms/iter", 1),),
     ),
     Workload(
         "cgroup-steps",
-        "300 MiB live, 120 MiB of buffers per step, under a 512 MiB memory cgroup",
+        "400/300 MiB live, 64/120 MiB of buffers per step, under a 512 MiB memory cgroup",
         "steps",
         STEPS,
         allocators=("glibc", "tcmalloc", "forgealloc"),
