@@ -19,8 +19,44 @@ typedef void *(*vsym_fn)(void *, const char *, const char *);
 extern const char *const __start_fa_libc_malloc[] __attribute__((visibility("hidden")));
 extern const char *const __stop_fa_libc_malloc[] __attribute__((visibility("hidden")));
 
+/* Every dlsym through a handle asks whether its name is one of them, so
+ * once the next dlsym is known the names are also indexed by a hash (open
+ * addressing, at most half full): a name not there costs its hash and a
+ * comparison or two instead of one per name. */
+#define NAME_SLOTS 128
+static const char *name_slots[NAME_SLOTS];
+static bool indexed;    /* name_slots holds every name */
+static int found_state; /* 0: not yet; 1: being written; 2: ready (found, name_slots, indexed) */
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void index_names(void)
+{
+    if (__stop_fa_libc_malloc - __start_fa_libc_malloc > NAME_SLOTS / 2)
+        return; /* too many for the index: they are compared one by one */
+    for (const char *const *n = __start_fa_libc_malloc; n < __stop_fa_libc_malloc; n++) {
+        uint32_t i = name_hash(*n);
+        while (name_slots[i % NAME_SLOTS])
+            i++;
+        name_slots[i % NAME_SLOTS] = *n;
+    }
+    indexed = true;
+}
+
 bool fa_libc_malloc_name(const char *name)
 {
+    if (__atomic_load_n(&found_state, __ATOMIC_ACQUIRE) == 2 && indexed) {
+        for (uint32_t i = name_hash(name); name_slots[i % NAME_SLOTS]; i++)
+            if (strcmp(name_slots[i % NAME_SLOTS], name) == 0)
+                return true;
+        return false;
+    }
     for (const char *const *n = __start_fa_libc_malloc; n < __stop_fa_libc_malloc; n++)
         if (strcmp(*n, name) == 0)
             return true;
@@ -36,7 +72,6 @@ struct next {
     struct dl_phdr_info libc; /* glibc's libc.so.6 */
 };
 static struct next found;
-static int found_state; /* 0: not yet; 1: being written; 2: ready */
 
 /* Our own dlsym would answer a call of dlsym from here, so glibc's is read
  * from its symbol table: in libc.so.6 since glibc 2.34, in libdl.so.2
@@ -77,6 +112,7 @@ static const struct next *next(struct next *mine)
     int expect = 0;
     if (mine->sym && __atomic_compare_exchange_n(&found_state, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         found = *mine;
+        index_names();
         __atomic_store_n(&found_state, 2, __ATOMIC_RELEASE);
     }
     return mine;
