@@ -12,9 +12,15 @@
  * On other architectures neither name is defined: lookups through a handle
  * on libc then find glibc's functions, as without forgealloc. */
 
-#if defined(__CET__)
+/* Built with -fcf-protection: a landing pad for indirect branches, and
+ * (cet.h) the note that marks the object as built so. */
+#if defined(__CET__) && defined(__has_include)
+#if __has_include(<cet.h>)
 #include <cet.h>
-#define FA_ENTRY _CET_ENDBR
+#endif
+#endif
+#if defined(__CET__) && (__CET__ & 1)
+#define FA_ENTRY endbr64
 #else
 #define FA_ENTRY
 #endif
