@@ -8,43 +8,49 @@
  * with "Attempt to free invalid pointer" (A1111 #11887).  glibc's own
  * internal calls go through the PLT, so defining these names is enough;
  * the __libc_* aliases catch programs that call glibc's entry points
- * directly.  The symbol-coverage test compares this list with glibc's. */
+ * directly.  The symbol-coverage test compares this list with glibc's.
+ * FA_LIBC_MALLOC marks each name: a lookup of it through a handle on libc
+ * (ctypes.CDLL("libc.so.6").malloc_trim) answers with it too (lookup.h). */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <stdlib.h>
 
-#include "../core/export.h"
 #include "host.h"
+#include "lookup.h"
 
 #define FA_ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
 
-FA_EXPORT void *malloc(size_t n) { return fa_host_malloc(n, FA_CALLER); }
-FA_EXPORT void *calloc(size_t n, size_t size) { return fa_host_calloc(n, size, FA_CALLER); }
-FA_EXPORT void *realloc(void *p, size_t n) { return fa_host_realloc(p, n, FA_CALLER); }
-FA_EXPORT void *reallocarray(void *p, size_t n, size_t size) { return fa_host_reallocarray(p, n, size, FA_CALLER); }
-FA_EXPORT void free(void *p) { fa_host_free(p, FA_CALLER); }
-FA_EXPORT void *memalign(size_t align, size_t n) { return fa_host_memalign(align, n, FA_CALLER); }
-FA_EXPORT void *aligned_alloc(size_t align, size_t n) { return fa_host_aligned_alloc(align, n, FA_CALLER); }
-FA_EXPORT int posix_memalign(void **out, size_t align, size_t n) { return fa_host_posix_memalign(out, align, n, FA_CALLER); }
-FA_EXPORT void *valloc(size_t n) { return fa_host_valloc(n, FA_CALLER); }
-FA_EXPORT void *pvalloc(size_t n) { return fa_host_pvalloc(n, FA_CALLER); }
-FA_EXPORT size_t malloc_usable_size(void *p) { return fa_host_usable_size(p); }
+FA_LIBC_MALLOC(malloc) void *malloc(size_t n) { return fa_host_malloc(n, FA_CALLER); }
+FA_LIBC_MALLOC(calloc) void *calloc(size_t n, size_t size) { return fa_host_calloc(n, size, FA_CALLER); }
+FA_LIBC_MALLOC(realloc) void *realloc(void *p, size_t n) { return fa_host_realloc(p, n, FA_CALLER); }
+FA_LIBC_MALLOC(reallocarray)
+void *reallocarray(void *p, size_t n, size_t size) { return fa_host_reallocarray(p, n, size, FA_CALLER); }
+FA_LIBC_MALLOC(free) void free(void *p) { fa_host_free(p, FA_CALLER); }
+FA_LIBC_MALLOC(memalign) void *memalign(size_t align, size_t n) { return fa_host_memalign(align, n, FA_CALLER); }
+FA_LIBC_MALLOC(aligned_alloc)
+void *aligned_alloc(size_t align, size_t n) { return fa_host_aligned_alloc(align, n, FA_CALLER); }
+FA_LIBC_MALLOC(posix_memalign)
+int posix_memalign(void **out, size_t align, size_t n) { return fa_host_posix_memalign(out, align, n, FA_CALLER); }
+FA_LIBC_MALLOC(valloc) void *valloc(size_t n) { return fa_host_valloc(n, FA_CALLER); }
+FA_LIBC_MALLOC(pvalloc) void *pvalloc(size_t n) { return fa_host_pvalloc(n, FA_CALLER); }
+FA_LIBC_MALLOC(malloc_usable_size) size_t malloc_usable_size(void *p) { return fa_host_usable_size(p); }
 
 /* Removed from glibc's headers but still exported and still called by old
  * programs; C23's sized frees (the size is only a hint: freeing works
  * without it). */
-FA_EXPORT void cfree(void *p) { fa_host_free(p, FA_CALLER); }
-FA_EXPORT void free_sized(void *p, size_t size) { (void)size; fa_host_free_sized(p, FA_CALLER); }
-FA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) { (void)align, (void)size; fa_host_free_sized(p, FA_CALLER); }
+FA_LIBC_MALLOC(cfree) void cfree(void *p) { fa_host_free(p, FA_CALLER); }
+FA_LIBC_MALLOC(free_sized) void free_sized(void *p, size_t size) { (void)size; fa_host_free_sized(p, FA_CALLER); }
+FA_LIBC_MALLOC(free_aligned_sized)
+void free_aligned_sized(void *p, size_t align, size_t size) { (void)align, (void)size; fa_host_free_sized(p, FA_CALLER); }
 
 /* glibc's introspection, answered for tcmalloc. */
-FA_EXPORT struct mallinfo2 mallinfo2(void)
+FA_LIBC_MALLOC(mallinfo2) struct mallinfo2 mallinfo2(void)
 {
     struct mallinfo2 m;
     fa_host_mallinfo2(&m);
     return m;
 }
-FA_EXPORT struct mallinfo mallinfo(void)
+FA_LIBC_MALLOC(mallinfo) struct mallinfo mallinfo(void)
 {
     struct mallinfo2 m2;
     fa_host_mallinfo2(&m2);
@@ -57,13 +63,13 @@ FA_EXPORT struct mallinfo mallinfo(void)
     };
     return m;
 }
-FA_EXPORT int malloc_trim(size_t pad) { return fa_host_trim(pad); }
-FA_EXPORT int malloc_info(int options, FILE *fp) { return fa_host_malloc_info(options, fp); }
+FA_LIBC_MALLOC(malloc_trim) int malloc_trim(size_t pad) { return fa_host_trim(pad); }
+FA_LIBC_MALLOC(malloc_info) int malloc_info(int options, FILE *fp) { return fa_host_malloc_info(options, fp); }
 /* Accepted so programs that tune glibc keep working; glibc's parameters
  * (M_MMAP_THRESHOLD, M_ARENA_MAX, ...) have no meaning for tcmalloc.  The
  * FORGEALLOC_* settings are the knobs.  The answer is glibc's: 1, but for
  * an M_MXFAST outside 0..MAX_FAST_SIZE (80 * sizeof(size_t) / 4). */
-FA_EXPORT int mallopt(int param, int value)
+FA_LIBC_MALLOC(mallopt) int mallopt(int param, int value)
 {
     if (param == M_MXFAST)
         return value >= 0 && (size_t)value <= 80 * sizeof(size_t) / 4;
@@ -72,21 +78,21 @@ FA_EXPORT int mallopt(int param, int value)
 
 /* glibc's internal entry points, exported by glibc and called directly by
  * some programs and preload tools. */
-void *__libc_malloc(size_t n) FA_ALIAS(malloc);
-void *__libc_calloc(size_t n, size_t size) FA_ALIAS(calloc);
-void *__libc_realloc(void *p, size_t n) FA_ALIAS(realloc);
+FA_LIBC_MALLOC(__libc_malloc) void *__libc_malloc(size_t n) FA_ALIAS(malloc);
+FA_LIBC_MALLOC(__libc_calloc) void *__libc_calloc(size_t n, size_t size) FA_ALIAS(calloc);
+FA_LIBC_MALLOC(__libc_realloc) void *__libc_realloc(void *p, size_t n) FA_ALIAS(realloc);
 /* Our realloc by a name the loader never rebinds (host.h). */
 void *fa_realloc_self(void *p, size_t n) __attribute__((alias("realloc"), copy(realloc), visibility("hidden")));
-void __libc_free(void *p) FA_ALIAS(free);
+FA_LIBC_MALLOC(__libc_free) void __libc_free(void *p) FA_ALIAS(free);
 /* Our free by a name the loader never rebinds (host.h). */
 void fa_free_self(void *p) __attribute__((alias("free"), copy(free), visibility("hidden")));
-void __libc_cfree(void *p) FA_ALIAS(cfree);
-void *__libc_memalign(size_t align, size_t n) FA_ALIAS(memalign);
-void *__libc_valloc(size_t n) FA_ALIAS(valloc);
-void *__libc_pvalloc(size_t n) FA_ALIAS(pvalloc);
-int __posix_memalign(void **out, size_t align, size_t n) FA_ALIAS(posix_memalign);
+FA_LIBC_MALLOC(__libc_cfree) void __libc_cfree(void *p) FA_ALIAS(cfree);
+FA_LIBC_MALLOC(__libc_memalign) void *__libc_memalign(size_t align, size_t n) FA_ALIAS(memalign);
+FA_LIBC_MALLOC(__libc_valloc) void *__libc_valloc(size_t n) FA_ALIAS(valloc);
+FA_LIBC_MALLOC(__libc_pvalloc) void *__libc_pvalloc(size_t n) FA_ALIAS(pvalloc);
+FA_LIBC_MALLOC(__posix_memalign) int __posix_memalign(void **out, size_t align, size_t n) FA_ALIAS(posix_memalign);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* glibc deprecates mallinfo; we still provide it */
-struct mallinfo __libc_mallinfo(void) FA_ALIAS(mallinfo);
+FA_LIBC_MALLOC(__libc_mallinfo) struct mallinfo __libc_mallinfo(void) FA_ALIAS(mallinfo);
 #pragma GCC diagnostic pop
-int __libc_mallopt(int param, int value) FA_ALIAS(mallopt);
+FA_LIBC_MALLOC(__libc_mallopt) int __libc_mallopt(int param, int value) FA_ALIAS(mallopt);

@@ -2,7 +2,7 @@
  * is the process's report (report.c) rather than the host core's: the text
  * report on stderr, also when a library constructor that runs before
  * forgealloc's own calls it. */
-#include "../core/export.h"
+#include "../host/lookup.h"
 #include "report.h"
 
-FA_EXPORT void malloc_stats(void) { fa_report_malloc_stats(); }
+FA_LIBC_MALLOC(malloc_stats) void malloc_stats(void) { fa_report_malloc_stats(); }
