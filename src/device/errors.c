@@ -1,0 +1,69 @@
+/* errors.c - the pool answers with the runtime's errors.  A free the
+ * runtime would refuse for a cudaMalloc block is refused alike, with its
+ * error, and the block stays allocated: cudaFree during a stream capture
+ * where the capture mode prohibits it, cudaFreeAsync on a stream the
+ * runtime does not know or one being captured, a pointer that is no live
+ * block.  The pool's own internal calls that fail leave the thread's last
+ * error as the program left it (devstate.h: fa_err_peek, fa_err_absorb):
+ * no error for cudaGetLastError (PyTorch throws on any pending error other
+ * than cudaErrorMemoryAllocation), or the program's own. */
+#include "devstate.h"
+#include "device.h"
+
+/* A pointer inside the pool that is no live block (double free, interior
+ * pointer) is refused with cudaErrorInvalidValue, and that error is left
+ * as the runtime's last error, as the driver's refusal would be: a
+ * cudaMalloc with no place for the pointer fails just so and does nothing. */
+fa_cuda_error fa_err_refuse(const fa_cudart *rt)
+{
+    if (rt->cudaMalloc)
+        rt->cudaMalloc(NULL, 1);
+    return FA_CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Whether the runtime's cudaFreeAsync on stream s (ptsz: its per-thread
+ * name) would accept a block from cudaMalloc: 0, or the error it returns,
+ * left as the thread's last error as its refusal leaves it; the block is
+ * then not freed.
+ *  - A stream the runtime does not know (a bogus or destroyed handle): its
+ *    answer to cudaStreamIsCapturing (cudaErrorInvalidResourceHandle).
+ *  - A stream being captured: the free would become a free node of the
+ *    graph, and CUDA takes only graph allocations (cudaMallocAsync during a
+ *    capture) there; a cudaMalloc block is refused with
+ *    cudaErrorInvalidValue and stays allocated.  The pool refuses alike:
+ *    quarantined, the block would be reused after the next synchronisation
+ *    while the graph, launched any time later, still uses it.  (Whether
+ *    the runtime's refusal also invalidates the capture is not known here;
+ *    the pool's leaves it as it was.)
+ * cudaStreamIsCapturing is legal during a capture.  On the legacy stream
+ * while a blocking stream captures it answers
+ * cudaErrorStreamCaptureImplicit, the error a cudaFreeAsync there meets
+ * too (the pool's refusal leaves the capture as it was). */
+fa_cuda_error fa_err_async_free_refused(const fa_cudart *rt, fa_cuda_stream s, bool ptsz)
+{
+    if (!rt->cudaStreamIsCapturing)
+        return 0;
+    if (ptsz && !s)
+        s = FA_CUDA_STREAM_PER_THREAD; /* the non-ptsz function reads NULL as the legacy stream */
+    fa_cuda_capture_status status = FA_CUDA_CAPTURE_STATUS_NONE;
+    fa_cuda_error r = rt->cudaStreamIsCapturing(s, &status);
+    if (r != 0 || status == FA_CUDA_CAPTURE_STATUS_NONE)
+        return r;
+    /* Active or invalidated: refused, cudaErrorInvalidValue left as the
+     * last error by a call that fails just so during a capture. */
+    rt->cudaStreamIsCapturing(s, NULL);
+    return FA_CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Whether the runtime's cudaFree of a block from cudaMalloc would be
+ * refused now, a stream capture being under way: 0, or its error, left as
+ * the thread's last error, with what the refusal does to the captures
+ * (they are invalidated); the block is then not freed.  During a capture
+ * cudaFree is one of the potentially unsafe calls, as cudaMalloc: refused
+ * in the modes that prohibit them (this thread's own capture not begun in
+ * relaxed mode; in global mode, also another thread's global capture),
+ * allowed in relaxed mode.  The runtime applies that rule to cudaFree(NULL)
+ * too, which frees nothing: its answer, and what it does to the captures,
+ * are the runtime's own, not the pool's guess at them.  No other call is
+ * made (nor a synchronisation, which a capture forbids). */
+fa_cuda_error fa_err_free_refused(const fa_cudart *rt) { return rt->cudaFree ? rt->cudaFree(NULL) : 0; }

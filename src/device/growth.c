@@ -1,0 +1,234 @@
+/* growth.c - grow before waiting, give back what was grown.  When ready
+ * memory cannot serve, idle pieces are moved and new ones created while the
+ * driver has room (unless a sync is the cheaper way); what was grown beyond
+ * FORGEALLOC_DEVICE_POOL_SIZE goes back after an idle spell (from the
+ * process's background thread) and at once when the driver runs short.
+ * The chunk pool grows only back to its size (chunks it gave back), then
+ * waits: it has no way to give back growth but a whole idle chunk's
+ * synchronising cudaFree, and never holds more than its size. */
+#include "devstate.h"
+#include "device.h"
+
+#define IDLE_SPELL_MS 10000 /* grown pieces go back after this long without growth */
+
+static int background_wanted; /* some pool grew beyond its size */
+static bool (*waker)(void);
+
+void fa_device_set_waker(bool (*wake)(void)) { __atomic_store_n(&waker, wake, __ATOMIC_RELEASE); }
+
+/* Pre: d->lock held, d a ready piece pool.  One try at n bytes: calls says
+ * whether driver calls are allowed (growing included); what creating and
+ * moving pieces took is counted (grow_ns, piece_ns). */
+static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
+{
+    fa_vmctx x = {calls ? fa_cudrv_get(fa_cudart_get()) : NULL, d, dev};
+    uintptr_t a = 0;
+    unsigned created = 0;
+    uint64_t stolen = d->vm.stolen, t0 = calls ? fa_dev_now_ns() : 0;
+    fa_vm_result r = fa_vm_alloc(&d->vm, n, calls, calls && x.drv ? &fa_pieces_driver : NULL, &x, &a, &created);
+    uint64_t moved = d->vm.stolen - stolen;
+    ST_ADD(d, pieces_reused, moved);
+    if (created + moved) {
+        uint64_t spent = fa_dev_now_ns() - t0;
+        d->grow_ns += spent;
+        d->piece_ns = fa_dev_follow(d->piece_ns, spent / (created + moved));
+    }
+    if (created && d->vm.mapped > d->target) {
+        ST_ADD(d, pieces_grown, created);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        d->last_grow_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+        if (!__atomic_exchange_n(&background_wanted, 1, __ATOMIC_ACQ_REL)) {
+            bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+            if (w)
+                w();
+        }
+    }
+    if (r != FA_VM_OK)
+        return false;
+    ST_ADD(d, pool_allocs, 1);
+    *out = (void *)a;
+    return true;
+}
+
+uint32_t fa_grow_release_idle(devstate *d, int dev, uint64_t keep, bool small_too)
+{
+    fa_vmctx x = {fa_cudrv_get(fa_cudart_get()), d, dev};
+    return x.drv ? fa_vm_release_idle(&d->vm, keep, small_too, &fa_pieces_driver, &x) : 0;
+}
+
+/* What a sync is taken to cost before one was timed: about a kernel's
+ * worth of queued work. */
+#define SYNC_GUESS_NS 1000000u
+
+/* Pre: d->lock held.  Whether to synchronise (making the quarantined
+ * blocks reusable) rather than grow for n bytes.  Growing maps pieces,
+ * tens of microseconds each on a GPU (cuMemCreate, cuMemMap and
+ * cuMemSetAccess); a sync waits for the queued work: microseconds on an
+ * idle device, milliseconds behind a kernel.  The pool grows while what
+ * growing cost since the last sync, this request included, stays below
+ * what syncs cost lately, then syncs: never more than about twice the
+ * cheaper way, an idle device reuses the blocks it freed instead of
+ * taking the whole device, and a busy one grows a bounded amount between
+ * syncs.  Nothing to go on (no piece grown yet): grow. */
+static bool sync_pays(const devstate *d, size_t n)
+{
+    if (d->vm.quarantined < n || !d->piece_ns)
+        return false;
+    /* A large block is one piece of its own size, which costs about what a
+     * 2 MiB piece does; a smaller one takes a piece per 2 MiB granule. */
+    uint64_t pieces = n > FA_VM_GRANULE && n < FA_VM_LARGE_MIN ? (n + FA_VM_GRANULE - 1) / FA_VM_GRANULE : 1;
+    return d->grow_ns + pieces * d->piece_ns >= (d->sync_ns ? d->sync_ns : SYNC_GUESS_NS);
+}
+
+/* Ready memory, else (when a sync is the cheaper way: sync_pays) the
+ * quarantined blocks after a synchronisation, else idle pieces moved and
+ * new ones created, else every idle piece released and created again (the
+ * driver ran short), else the same after a synchronisation. */
+bool fa_grow_vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void **out)
+{
+    bool waited = false;    /* the sync chosen over growing was made */
+    bool last_sync = false; /* the sync made when nothing else served */
+    for (;;) {
+        bool calls = !fa_capturing();
+        if (calls)
+            fa_pieces_bind(rt, dev);
+        pthread_mutex_lock(&d->lock);
+        if (d->state != READY || d->kind != KIND_VMM) {
+            pthread_mutex_unlock(&d->lock);
+            return false;
+        }
+        bool ok = vm_try(d, dev, n, false, out); /* ready memory: no driver call */
+        bool wait = !ok && calls && !waited && sync_pays(d, n);
+        bool hopeless = false;
+        if (!ok && calls && !wait) {
+            ok = vm_try(d, dev, n, true, out);
+            hopeless = !ok && fa_meminfo_beyond(rt, n, fa_meminfo_reach(d));
+            if (!ok && !hopeless) {
+                /* A small block moves idle 2 MiB pieces itself; releasing
+                 * them helps only a large one, or once freed blocks are back. */
+                uint32_t released = fa_grow_release_idle(d, dev, 0, n >= FA_VM_LARGE_MIN || last_sync);
+                ST_ADD(d, pieces_released, released);
+                ok = released && vm_try(d, dev, n, true, out);
+            }
+        }
+        bool quarantined = d->vm.quarantined > 0 && !hopeless;
+        fa_dev_sync_stats(d);
+        pthread_mutex_unlock(&d->lock);
+        if (ok)
+            return true;
+        if (wait) {
+            waited = true; /* whatever it gave, growing comes next */
+            fa_quar_sync(rt, d, dev);
+            continue;
+        }
+        if (!calls || !quarantined || last_sync || !fa_quar_sync(rt, d, dev))
+            return false;
+        last_sync = true;
+    }
+}
+
+/* A chunk given back: gone already after a reset, which is no error. */
+static void chunk_free(const fa_cudart *rt, devstate *d, void *p)
+{
+    fa_cuda_error before = fa_err_peek(rt);
+    if (fa_dev_drv_free(rt, d, p, NULL, NULL) != 0)
+        fa_err_absorb(rt, before);
+}
+
+bool fa_grow_chunk(const fa_cudart *rt, devstate *d)
+{
+    pthread_mutex_lock(&d->lock);
+    bool may = d->state == READY && d->kind == KIND_CHUNKS && d->pool.bytes < d->target && !fa_capturing();
+    size_t chunk = d->pool.chunk_size;
+    unsigned generation = d->generation;
+    pthread_mutex_unlock(&d->lock);
+    if (!may)
+        return false;
+    void *p = NULL;
+    fa_cuda_error before = fa_err_peek(rt);
+    if (fa_dev_drv_malloc(rt, d, &p, chunk) != 0) {
+        fa_err_absorb(rt, before);
+        return false;
+    }
+    /* A reset while the driver was asked (and perhaps a new pool since)
+     * freed p or made it another pool's: only the same pool takes it. */
+    pthread_mutex_lock(&d->lock);
+    bool same = d->generation == generation && d->state == READY && d->kind == KIND_CHUNKS;
+    bool ok = same && fa_pool_add_chunk(&d->pool, (uintptr_t)p);
+    fa_dev_sync_stats(d);
+    pthread_mutex_unlock(&d->lock);
+    if (!ok)
+        chunk_free(rt, d, p);
+    return ok;
+}
+
+bool fa_grow_give_back(const fa_cudart *rt, devstate *d, int dev)
+{
+    uintptr_t base;
+    pthread_mutex_lock(&d->lock);
+    bool chunk = false, any = false;
+    if (d->state == READY && d->kind == KIND_CHUNKS && fa_pool_take_idle_chunk(&d->pool, &base)) {
+        ST_ADD(d, chunks_returned, 1);
+        chunk = any = true;
+    } else if (d->state == READY && d->kind == KIND_VMM) {
+        uint32_t released = fa_grow_release_idle(d, dev, 0, true);
+        ST_ADD(d, pieces_released, released);
+        any = released > 0;
+    }
+    fa_dev_sync_stats(d);
+    pthread_mutex_unlock(&d->lock);
+    if (chunk)
+        chunk_free(rt, d, (void *)base);
+    return any;
+}
+
+/* ---- giving back what was grown, from the background thread ------------------------- */
+
+bool fa_device_background_wanted(void) { return __atomic_load_n(&background_wanted, __ATOMIC_ACQUIRE); }
+
+void fa_device_background(uint64_t now_ms)
+{
+    if (!__atomic_exchange_n(&background_wanted, 0, __ATOMIC_ACQ_REL))
+        return;
+    if (!fa_section_enter()) { /* no driver call of the pool's during a capture: look again after it */
+        __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    const fa_cudart *rt = fa_cudart_get();
+    bool again = false;
+    int cur = -1;
+    for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
+        devstate *d = &fa_devs[dev];
+        if (fa_dev_state(d) != READY || fa_dev_kind(d) != KIND_VMM)
+            continue;
+        for (int round = 0; round < 2; round++) {
+            pthread_mutex_lock(&d->lock);
+            bool excess = d->state == READY && d->kind == KIND_VMM && d->vm.mapped > d->target;
+            bool waiting = excess && now_ms < d->last_grow_ms + IDLE_SPELL_MS;
+            if (excess && !waiting) {
+                /* The driver calls need the device's context on this thread. */
+                if (cur < 0)
+                    cur = fa_dev_thread_device(rt);
+                fa_cuda_error before = fa_err_peek(rt);
+                if (rt->cudaSetDevice && rt->cudaSetDevice(dev) != 0)
+                    fa_err_absorb(rt, before);
+                ST_ADD(d, pieces_given_back, fa_grow_release_idle(d, dev, d->target, true));
+                fa_dev_sync_stats(d);
+            }
+            bool sync = excess && !waiting && d->vm.mapped > d->target && d->vm.quarantined > 0;
+            again |= waiting || (excess && d->vm.mapped > d->target && !sync);
+            pthread_mutex_unlock(&d->lock);
+            /* Freed blocks keep their pieces until the device caught up. */
+            if (!sync || round == 1 || !fa_quar_sync(rt, d, dev))
+                break;
+        }
+    }
+    if (cur >= 0 && rt->cudaSetDevice)
+        rt->cudaSetDevice(cur); /* the thread's device as it was */
+    fa_section_leave();
+    if (again)
+        __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
+}
+
+void fa_grow_fork_child(void) { background_wanted = 0; }
