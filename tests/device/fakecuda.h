@@ -55,10 +55,12 @@ enum {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
     cudaErrorPeerAccessAlreadyEnabled = 704,
     cudaErrorNotSupported = 801,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureImplicit = 906,
     cudaErrorUnknown = 999,
 };
 
@@ -122,6 +124,7 @@ enum {
     X(cudaEventCreate)                      \
     X(cudaEventRecord)                      \
     X(cudaEventSynchronize)                 \
+    X(cudaEventQuery)                       \
     X(cudaEventDestroy)                     \
     X(cudaGetLastError)                     \
     X(cudaPeekAtLastError)                  \
@@ -193,6 +196,7 @@ FAKECUDA_API cudaError_t cudaStreamQuery(cudaStream_t stream);
 FAKECUDA_API cudaError_t cudaEventCreate(cudaEvent_t *event);
 FAKECUDA_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 FAKECUDA_API cudaError_t cudaEventSynchronize(cudaEvent_t event);
+FAKECUDA_API cudaError_t cudaEventQuery(cudaEvent_t event);
 FAKECUDA_API cudaError_t cudaEventDestroy(cudaEvent_t event);
 FAKECUDA_API cudaError_t cudaGetLastError(void);
 FAKECUDA_API cudaError_t cudaPeekAtLastError(void);

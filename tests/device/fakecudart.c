@@ -3,7 +3,11 @@
  *   with 512-byte first-fit placement within a capacity (FAKECUDA_MEM[_<n>]); per-thread current device, last error
  *   and capture mode; streams and events whose work (fills, copies, event records, async frees) is queued and lands
  *   only at synchronisation points, with the legacy stream's implicit ordering; stream capture and its invalidation
- *   by illegal calls; destroyed streams (handles never reused, calls naming them counted: fakecuda_stale_stream_uses); pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
+ *   by illegal calls, with the rules an H200 (CUDA 13.0, driver 580) showed: synchronising the device is refused in
+ *   every mode, the potentially unsafe calls (cudaMalloc, cudaFree, cudaMallocAsync on a stream not being
+ *   captured, waiting for or querying another stream or an event) are refused where the thread's capture mode
+ *   prohibits them, the virtual-memory calls and cudaMemGetInfo are always allowed, and work on the legacy stream
+ *   while a blocking stream captures is refused with cudaErrorStreamCaptureImplicit; destroyed streams (handles never reused, calls naming them counted: fakecuda_stale_stream_uses); pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
  *   child fail, as in CUDA); peer access to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap,
  *   ...: see "virtual memory" below) and cuMemGetAddressRange, reached only through
  *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
@@ -246,11 +250,14 @@ static const struct err_desc err_table[] = {
     {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
     {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
      "operation not permitted when stream is capturing"},
     {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
      "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
@@ -781,12 +788,34 @@ static struct CUevent_st *find_event(cudaEvent_t e)
 
 static int is_blocking(const struct CUstream_st *s) { return !(s->flags & cudaStreamNonBlocking); }
 
-/* Queue a copy of *tmpl on s.  *seq gets its sequence number, or 0 when it
- * was not queued: on a capturing stream work is recorded into the graph,
- * which never runs here. */
-static cudaError_t enqueue(struct CUstream_st *s, const struct op *tmpl, uint64_t *seq)
+/* Work on the legacy stream (named NULL or cudaStreamLegacy) waits for
+ * every blocking stream of its device: while one of those is being
+ * captured, that dependency is not allowed, and the work is refused with
+ * cudaErrorStreamCaptureImplicit and invalidates the capture (as an
+ * H200 with CUDA 13.0 did for cudaEventRecord on stream 0; the per-thread
+ * stream, which the stand-in runs as the legacy one, did not). */
+static cudaError_t implicit_capture_conflict(cudaStream_t h, const struct CUstream_st *s)
+{
+    if (!s->is_legacy || h == cudaStreamPerThread)
+        return cudaSuccess;
+    cudaError_t rc = cudaSuccess;
+    for (struct CUstream_st *t = g.streams; t; t = t->next)
+        if (t->device == s->device && is_blocking(t) && t->cap_status != cudaStreamCaptureStatusNone) {
+            t->cap_status = cudaStreamCaptureStatusInvalidated;
+            rc = cudaErrorStreamCaptureImplicit;
+        }
+    return rc;
+}
+
+/* Queue a copy of *tmpl on s (named h).  *seq gets its sequence number,
+ * or 0 when it was not queued: on a capturing stream work is recorded into
+ * the graph, which never runs here. */
+static cudaError_t enqueue(struct CUstream_st *s, cudaStream_t h, const struct op *tmpl, uint64_t *seq)
 {
     *seq = 0;
+    cudaError_t rc = implicit_capture_conflict(h, s);
+    if (rc)
+        return rc;
     if (s->cap_status == cudaStreamCaptureStatusInvalidated)
         return cudaErrorStreamCaptureInvalidated;
     if (s->cap_status == cudaStreamCaptureStatusActive)
@@ -1180,18 +1209,25 @@ static cudaError_t do_stream_destroy(cudaStream_t h)
     return cudaSuccess;
 }
 
+/* During a capture, synchronising a created stream that is not being
+ * captured is a potentially unsafe call (as on an H200, CUDA 13.0: legal
+ * in relaxed mode and for another thread's thread-local capture); the
+ * capturing stream itself, and the legacy stream (not measured), are
+ * refused as every synchronisation is. */
 static cudaError_t do_stream_synchronize(cudaStream_t h)
 {
     struct CUstream_st *s;
     cudaError_t rc = resolve_stream(h, &s);
     if (!rc)
-        rc = check_sync_allowed();
+        rc = s->is_legacy || s->cap_status != cudaStreamCaptureStatusNone ? check_sync_allowed()
+                                                                          : check_unsafe_allowed();
     if (!rc)
         land_stream(s, UINT64_MAX);
     return rc;
 }
 
-/* Querying a capturing stream is illegal and invalidates its capture. */
+/* Querying a capturing stream is illegal and invalidates its capture;
+ * querying another is a potentially unsafe call. */
 static cudaError_t do_stream_query(cudaStream_t h)
 {
     struct CUstream_st *s;
@@ -1202,6 +1238,8 @@ static cudaError_t do_stream_query(cudaStream_t h)
         s->cap_status = cudaStreamCaptureStatusInvalidated;
         return cudaErrorStreamCaptureUnsupported;
     }
+    if ((rc = check_unsafe_allowed()))
+        return rc;
     return s->pending ? cudaErrorNotReady : cudaSuccess;
 }
 
@@ -1236,7 +1274,7 @@ static cudaError_t do_event_record(cudaEvent_t h, cudaStream_t sh)
         return cudaErrorInvalidResourceHandle;
     const struct op o = {.kind = OP_EVENT};
     uint64_t seq;
-    if ((rc = enqueue(s, &o, &seq)))
+    if ((rc = enqueue(s, sh, &o, &seq)))
         return rc;
     /* A record inside a capture belongs to the graph: nothing to wait for. */
     e->stream_id = seq ? s->id : 0;
@@ -1244,18 +1282,34 @@ static cudaError_t do_event_record(cudaEvent_t h, cudaStream_t sh)
     return cudaSuccess;
 }
 
+/* Waiting for an event, and asking whether it happened, are potentially
+ * unsafe calls during a capture (as on an H200, CUDA 13.0). */
 static cudaError_t do_event_synchronize(cudaEvent_t h)
 {
     struct CUevent_st *e = find_event(h);
     if (!e)
         return cudaErrorInvalidResourceHandle;
-    cudaError_t rc = check_sync_allowed();
+    cudaError_t rc = check_unsafe_allowed();
     if (rc)
         return rc;
     struct CUstream_st *s = e->stream_id ? stream_by_id(e->stream_id) : NULL;
     if (s) /* a destroyed stream's work has landed already */
         land_stream(s, e->seq);
     return cudaSuccess;
+}
+
+/* Work lands only when someone synchronises: the event happened once its
+ * record has landed. */
+static cudaError_t do_event_query(cudaEvent_t h)
+{
+    struct CUevent_st *e = find_event(h);
+    if (!e)
+        return cudaErrorInvalidResourceHandle;
+    cudaError_t rc = check_unsafe_allowed();
+    if (rc)
+        return rc;
+    struct CUstream_st *s = e->stream_id ? stream_by_id(e->stream_id) : NULL;
+    return s && s->head && s->head->seq <= e->seq ? cudaErrorNotReady : cudaSuccess;
 }
 
 static cudaError_t do_event_destroy(cudaEvent_t h)
@@ -1363,7 +1417,7 @@ static cudaError_t do_memcpy_async(void *dst, const void *src, size_t n, int kin
         return rc;
     const struct op o = {.kind = OP_COPY, .dst = dst, .src = src, .len = n};
     uint64_t seq;
-    return enqueue(s, &o, &seq);
+    return enqueue(s, h, &o, &seq);
 }
 
 static cudaError_t do_memset_async(void *p, int value, size_t n, cudaStream_t h)
@@ -1376,7 +1430,7 @@ static cudaError_t do_memset_async(void *p, int value, size_t n, cudaStream_t h)
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FILL, .dst = p, .byte = (unsigned char)value, .len = n};
     uint64_t seq;
-    return enqueue(s, &o, &seq);
+    return enqueue(s, h, &o, &seq);
 }
 
 /* Stream-ordered allocation is legal during capture; the memory is
@@ -1392,6 +1446,8 @@ static cudaError_t do_malloc_async(void **p, size_t n, cudaStream_t h)
         return rc;
     if (s->cap_status == cudaStreamCaptureStatusInvalidated)
         return cudaErrorStreamCaptureInvalidated;
+    if (s->cap_status == cudaStreamCaptureStatusNone && (rc = check_unsafe_allowed()))
+        return rc; /* on a stream not being captured: a potentially unsafe call */
     if (!n)
         return cudaSuccess;
     rc = device_alloc(s->device, n, AK_ASYNC, p);
@@ -1418,7 +1474,7 @@ static cudaError_t do_free_async(void *p, cudaStream_t h)
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FREE, .target = a};
     uint64_t seq;
-    if ((rc = enqueue(s, &o, &seq)))
+    if ((rc = enqueue(s, h, &o, &seq)))
         return rc;
     if (seq)
         a->free_queued = 1;
@@ -1564,7 +1620,7 @@ static cudaError_t do_enqueue_fill(cudaStream_t h, void *dst, int byte, size_t l
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FILL, .dst = dst, .byte = (unsigned char)byte, .len = len};
     uint64_t seq;
-    return enqueue(s, &o, &seq);
+    return enqueue(s, h, &o, &seq);
 }
 
 /* ---- virtual memory (the driver API) ---------------------------------------------------
@@ -2080,6 +2136,14 @@ FAKECUDA_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
     if (!rc)
         rc = do_event_synchronize(event);
     return leave(FN_cudaEventSynchronize, rc, "event=%p", (void *)event);
+}
+
+FAKECUDA_API cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    cudaError_t rc = enter(FN_cudaEventQuery);
+    if (!rc)
+        rc = do_event_query(event);
+    return leave(FN_cudaEventQuery, rc, "event=%p", (void *)event);
 }
 
 FAKECUDA_API cudaError_t cudaEventDestroy(cudaEvent_t event)

@@ -716,10 +716,58 @@ static void test_capture(void)
     OK(cudaFreeHost(h));
     EXPECT(cudaGetLastError(), cudaErrorStreamCaptureInvalidated);
 
-    /* cudaStreamQuery of another stream is fine */
+    /* Waiting for or asking about other streams and events, and
+     * cudaMallocAsync on a stream not being captured, are potentially
+     * unsafe calls, as on an H200 with CUDA 13.0: refused in global mode
+     * on the capturing thread, fine in relaxed mode and on another thread
+     * during a thread-local capture. */
+    ILLEGAL_DURING_CAPTURE(cudaStreamQuery(s2));
+    ILLEGAL_DURING_CAPTURE(cudaEventQuery(e));
+    ILLEGAL_DURING_CAPTURE(cudaMallocAsync(&q, 512, s2));
+    OK(fakecuda_enqueue_fill(s2, b, 6, 16));
+    OK(cudaEventRecord(e, s2));
+    OK(fakecuda_enqueue_fill(s2, b, 7, 16));
     OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(cudaEventQuery(e), cudaErrorNotReady); /* its record has not landed */
+    EXPECT(cudaStreamQuery(s2), cudaErrorNotReady);
+    OK(cudaEventSynchronize(e));
+    CHECK(all(b, 6, 16), "the event's work landed");
+    OK(cudaEventQuery(e));
+    EXPECT(cudaStreamQuery(s2), cudaErrorNotReady); /* the second fill */
+    OK(cudaStreamSynchronize(s2));
+    CHECK(all(b, 7, 16), "the stream's work landed");
     OK(cudaStreamQuery(s2));
+    OK(cudaMallocAsync(&q, 512, s2));
+    OK(cudaFreeAsync(q, s2));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "relaxed-mode calls leave the capture");
     OK(cudaStreamEndCapture(s, &gr));
+    OK(cudaStreamSynchronize(s2));
+
+    /* Work on the legacy stream while a blocking stream of its device is
+     * captured: refused with cudaErrorStreamCaptureImplicit, the capture
+     * invalidated, in every mode; not with a non-blocking stream captured,
+     * nor on the per-thread stream. */
+    cudaStream_t nb;
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    EXPECT(cudaEventRecord(e, NULL), cudaErrorStreamCaptureImplicit);
+    CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated, "an implicit dependency invalidates");
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaEventRecord(e, cudaStreamPerThread));
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "the per-thread stream is not the legacy one");
+    OK(cudaStreamEndCapture(s, &gr));
+    OK(cudaStreamBeginCapture(nb, cudaStreamCaptureModeGlobal));
+    OK(cudaEventRecord(e, NULL));
+    OK(cudaMemsetAsync(b, 0, 16, cudaStreamLegacy));
+    CHECK(capture_status(nb) == cudaStreamCaptureStatusActive, "no implicit dependency on a non-blocking stream");
+    OK(cudaStreamEndCapture(nb, &gr));
+    OK(cudaStreamDestroy(nb));
+    OK(cudaDeviceSynchronize());
+    CLEAR_ERROR();
 
     /* capture into an existing graph; the _ptsz entry points */
     cudaGraph_t mine = (cudaGraph_t)(void *)&mine;
