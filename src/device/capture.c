@@ -1,9 +1,11 @@
 /* capture.c - stream captures and the pool.  A synchronisation during a
- * capture invalidates it, on whichever thread it runs: the pool makes none
- * while a capture is in progress, and a capture begins only after the
- * pool's syncs and background driver calls under way have returned
- * (sections).  Which requests the pool may serve during one is decided here
- * too. */
+ * capture invalidates it, in every capture mode and on whichever thread it
+ * runs: the pool makes none while a capture is in progress, and a capture
+ * begins only after the pool's syncs under way have returned (sections).
+ * The pool's other driver calls go on during one, as an H200 with CUDA
+ * 13.0 allows: the virtual-memory calls and cudaMemGetInfo in any mode, its
+ * own cudaMalloc and cudaFree in relaxed mode (fa_cudart_relax).  Which
+ * requests the pool may serve during one is decided here too. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <time.h>

@@ -12,7 +12,7 @@
  *    FORGEALLOC_DEVICE_POOL_SIZE goes back after an idle spell;
  *  - capture.c: no synchronisation of the pool's while a stream capture is
  *    in progress, and a capture begins only after the pool's syncs under
- *    way have returned;
+ *    way have returned; its other calls cannot invalidate one;
  *  - errors.c: a free the runtime would refuse is refused alike, and the
  *    pool's failed internal calls leave the thread's last error as the
  *    program left it;
@@ -130,7 +130,7 @@ int fa_dev_current_device(const fa_cudart *rt)
 
 int fa_dev_pool_device(const fa_cudart *rt)
 {
-    int dev = fa_capturing() ? -1 : fa_dev_current_device(rt);
+    int dev = fa_dev_current_device(rt);
     return dev >= 0 && fa_dev_state(&fa_devs[dev]) == READY ? dev : -1;
 }
 
@@ -181,6 +181,7 @@ static bool chunks_reserve(const fa_cudart *rt, devstate *d, int dev, uint64_t t
     void **got = want ? calloc(want, sizeof *got) : NULL;
     size_t n = 0;
     fa_cuda_error before = fa_err_peek(rt);
+    fa_cudart_mode mode = fa_cudart_relax(rt); /* the pool's own calls: never a capture's concern */
     while (got && n < want) {
         if (fa_dev_drv_malloc(rt, d, &got[n], chunk) != 0) {
             fa_err_absorb(rt, before); /* the driver has less than the pool wants */
@@ -199,6 +200,7 @@ static bool chunks_reserve(const fa_cudart *rt, devstate *d, int dev, uint64_t t
             fa_dev_drv_free(rt, d, got[i], NULL, NULL);
     }
     pthread_mutex_unlock(&d->lock);
+    fa_cudart_unrelax(rt, mode);
     fa_err_absorb(rt, before);
     free(got);
     if (want)
@@ -322,6 +324,7 @@ static int pool_free(uintptr_t p, int *full)
             continue; /* a range check, no lock: cudaFree costs the same with many devices */
         size_t taken, requested;
         int res = FA_VM_NOT_OURS;
+        bool ask = false; /* the background has something to give back */
         pthread_mutex_lock(&d->lock);
         if (d->state == READY && d->kind == KIND_VMM) {
             res = fa_vm_free(&d->vm, p, &taken, &requested);
@@ -330,6 +333,7 @@ static int pool_free(uintptr_t p, int *full)
                 d->bound_sync = true;
                 *full = dev;
             }
+            ask = res == FA_VM_FREED && d->vm.mapped > d->target && d->vm.reclaimable;
         } else if (d->state == READY && d->kind == KIND_CHUNKS) {
             fa_pool_free_result c = fa_pool_free(&d->pool, p, &taken, &requested);
             res = c == FA_POOL_FREED ? FA_VM_FREED : c == FA_POOL_NOT_OURS ? FA_VM_NOT_OURS : FA_VM_BAD_POINTER;
@@ -339,6 +343,8 @@ static int pool_free(uintptr_t p, int *full)
             fa_dev_sync_stats(d);
         }
         pthread_mutex_unlock(&d->lock);
+        if (ask)
+            fa_grow_freed();
         if (res != FA_VM_NOT_OURS)
             return res;
     }

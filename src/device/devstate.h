@@ -86,8 +86,7 @@ void fa_dev_sync_stats(devstate *d);
 int fa_dev_thread_device(const fa_cudart *rt);
 /* The thread's device if the pool can serve it (< FA_MAX_DEVICES), else -1. */
 int fa_dev_current_device(const fa_cudart *rt);
-/* The thread's device, when its pool is ready and no capture forbids the
- * pool's driver calls; -1 otherwise. */
+/* The thread's device, when its pool is ready; -1 otherwise. */
 int fa_dev_pool_device(const fa_cudart *rt);
 /* cudaMalloc, and cudaFree (or with `async` cudaFreeAsync on stream s),
  * of the driver: timed and counted in d's stats. */
@@ -104,9 +103,9 @@ bool fa_dev_track(void *p, int dev, size_t n);
 
 /* A stream capture is in progress (as begun through the shim). */
 bool fa_capturing(void);
-/* Sections: the pool's own synchronisations and background driver calls,
- * which a capture must not overlap.  enter: false (nothing entered) while
- * a capture runs or is about to begin. */
+/* Sections: the pool's own synchronisations, which a capture must not
+ * overlap.  enter: false (nothing entered) while a capture runs or is
+ * about to begin. */
 bool fa_section_enter(void);
 void fa_section_leave(void);
 /* Whether the pool may serve this thread's cudaMalloc without the runtime. */
@@ -155,6 +154,9 @@ uint32_t fa_grow_release_idle(devstate *d, int dev, uint64_t keep, bool small_to
 /* Give something back to the driver that is short of memory: an idle
  * chunk, or every idle piece.  False if there was nothing. */
 bool fa_grow_give_back(const fa_cudart *rt, devstate *d, int dev);
+/* A free left a piece pool beyond its size with something to give back
+ * (idle pieces, or pieces a sync would make idle): the background looks. */
+void fa_grow_freed(void);
 void fa_grow_fork_child(void);
 
 /* ---- meminfo.c: what the driver could have ------------------------------------------ */

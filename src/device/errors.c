@@ -12,12 +12,12 @@
 
 /* A pointer inside the pool that is no live block (double free, interior
  * pointer) is refused with cudaErrorInvalidValue, and that error is left
- * as the runtime's last error, as the driver's refusal would be: a
- * cudaMalloc with no place for the pointer fails just so and does nothing. */
+ * as the runtime's last error, as the driver's refusal would be, by a call
+ * in relaxed capture mode (during a capture the thread's own mode could
+ * make that call invalidate it). */
 fa_cuda_error fa_err_refuse(const fa_cudart *rt)
 {
-    if (rt->cudaMalloc)
-        rt->cudaMalloc(NULL, 1);
+    fa_cudart_error_raise(rt, FA_CUDA_ERROR_INVALID_VALUE);
     return FA_CUDA_ERROR_INVALID_VALUE;
 }
 

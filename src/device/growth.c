@@ -11,8 +11,25 @@
 
 #define IDLE_SPELL_MS 10000 /* grown pieces go back after this long without growth */
 
-static int background_wanted; /* some pool grew beyond its size */
+/* Some pool may have something to give back (it grew beyond its size, or
+ * a free left idle what it grew): the background thread looks. */
+static int background_wanted;
 static bool (*waker)(void);
+
+/* Ask the background thread to look.  Where none can run now, nothing
+ * stays asked: the next growth or free asks again (and with it the
+ * thread's start is tried again). */
+static void want_background(void)
+{
+    if (__atomic_load_n(&background_wanted, __ATOMIC_ACQUIRE) ||
+        __atomic_exchange_n(&background_wanted, 1, __ATOMIC_ACQ_REL))
+        return;
+    bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
+    if (w && !w())
+        __atomic_store_n(&background_wanted, 0, __ATOMIC_RELEASE);
+}
+
+void fa_grow_freed(void) { want_background(); }
 
 void fa_device_set_waker(bool (*wake)(void)) { __atomic_store_n(&waker, wake, __ATOMIC_RELEASE); }
 
@@ -38,11 +55,7 @@ static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         d->last_grow_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-        if (!__atomic_exchange_n(&background_wanted, 1, __ATOMIC_ACQ_REL)) {
-            bool (*w)(void) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
-            if (w)
-                w();
-        }
+        want_background();
     }
     if (r != FA_VM_OK)
         return false;
@@ -84,24 +97,26 @@ static bool sync_pays(const devstate *d, size_t n)
 /* Ready memory, else (when a sync is the cheaper way: sync_pays) the
  * quarantined blocks after a synchronisation, else idle pieces moved and
  * new ones created, else every idle piece released and created again (the
- * driver ran short), else the same after a synchronisation. */
+ * driver ran short), else the same after a synchronisation.  During a
+ * stream capture all but the synchronisations: the virtual-memory calls
+ * neither are refused nor invalidate a capture, in any mode and from any
+ * thread (an H200 with CUDA 13.0). */
 bool fa_grow_vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void **out)
 {
     bool waited = false;    /* the sync chosen over growing was made */
     bool last_sync = false; /* the sync made when nothing else served */
+    fa_pieces_bind(rt, dev);
     for (;;) {
-        bool calls = !fa_capturing();
-        if (calls)
-            fa_pieces_bind(rt, dev);
+        bool syncs = !fa_capturing();
         pthread_mutex_lock(&d->lock);
         if (d->state != READY || d->kind != KIND_VMM) {
             pthread_mutex_unlock(&d->lock);
             return false;
         }
         bool ok = vm_try(d, dev, n, false, out); /* ready memory: no driver call */
-        bool wait = !ok && calls && !waited && sync_pays(d, n);
+        bool wait = !ok && syncs && !waited && sync_pays(d, n);
         bool hopeless = false;
-        if (!ok && calls && !wait) {
+        if (!ok && !wait) {
             ok = vm_try(d, dev, n, true, out);
             hopeless = !ok && fa_meminfo_beyond(rt, n, fa_meminfo_reach(d));
             if (!ok && !hopeless) {
@@ -122,24 +137,29 @@ bool fa_grow_vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void 
             fa_quar_sync(rt, d, dev);
             continue;
         }
-        if (!calls || !quarantined || last_sync || !fa_quar_sync(rt, d, dev))
+        if (!syncs || !quarantined || last_sync || !fa_quar_sync(rt, d, dev))
             return false;
         last_sync = true;
     }
 }
 
-/* A chunk given back: gone already after a reset, which is no error. */
+/* A chunk given back (gone already after a reset, which is no error), in
+ * relaxed capture mode: a cudaFree of the pool's own is never refused for
+ * a capture under way, nor invalidates it.  The chunk holds nothing live
+ * or quarantined: no queued work can touch it. */
 static void chunk_free(const fa_cudart *rt, devstate *d, void *p)
 {
     fa_cuda_error before = fa_err_peek(rt);
-    if (fa_dev_drv_free(rt, d, p, NULL, NULL) != 0)
-        fa_err_absorb(rt, before);
+    fa_cudart_mode mode = fa_cudart_relax(rt);
+    fa_dev_drv_free(rt, d, p, NULL, NULL);
+    fa_cudart_unrelax(rt, mode);
+    fa_err_absorb(rt, before);
 }
 
 bool fa_grow_chunk(const fa_cudart *rt, devstate *d)
 {
     pthread_mutex_lock(&d->lock);
-    bool may = d->state == READY && d->kind == KIND_CHUNKS && d->pool.bytes < d->target && !fa_capturing();
+    bool may = d->state == READY && d->kind == KIND_CHUNKS && d->pool.bytes < d->target;
     size_t chunk = d->pool.chunk_size;
     unsigned generation = d->generation;
     pthread_mutex_unlock(&d->lock);
@@ -147,7 +167,10 @@ bool fa_grow_chunk(const fa_cudart *rt, devstate *d)
         return false;
     void *p = NULL;
     fa_cuda_error before = fa_err_peek(rt);
-    if (fa_dev_drv_malloc(rt, d, &p, chunk) != 0) {
+    fa_cudart_mode mode = fa_cudart_relax(rt); /* as chunk_free */
+    fa_cuda_error r = fa_dev_drv_malloc(rt, d, &p, chunk);
+    fa_cudart_unrelax(rt, mode);
+    if (r != 0) {
         fa_err_absorb(rt, before);
         return false;
     }
@@ -187,16 +210,23 @@ bool fa_grow_give_back(const fa_cudart *rt, devstate *d, int dev)
 
 bool fa_device_background_wanted(void) { return __atomic_load_n(&background_wanted, __ATOMIC_ACQUIRE); }
 
-void fa_device_background(uint64_t now_ms)
+/* While a capture keeps the pool from the sync that frees its
+ * quarantine, it looks again this often. */
+#define CAPTURE_RETRY_MS 1000
+
+static uint64_t earliest(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
+
+/* Per pool: what it grew beyond its size and holds idle goes back once no
+ * growth happened for IDLE_SPELL_MS, and what a sync would make idle after
+ * that sync.  Nothing of the kind (the live blocks are above the pool's
+ * size, say): nothing is due, and the thread sleeps until a free or a
+ * growth asks again. */
+uint64_t fa_device_background(uint64_t now_ms)
 {
     if (!__atomic_exchange_n(&background_wanted, 0, __ATOMIC_ACQ_REL))
-        return;
-    if (!fa_section_enter()) { /* no driver call of the pool's during a capture: look again after it */
-        __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
-        return;
-    }
+        return 0;
     const fa_cudart *rt = fa_cudart_get();
-    bool again = false;
+    uint64_t due = 0;
     int cur = -1;
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
         devstate *d = &fa_devs[dev];
@@ -204,8 +234,12 @@ void fa_device_background(uint64_t now_ms)
             continue;
         for (int round = 0; round < 2; round++) {
             pthread_mutex_lock(&d->lock);
-            bool excess = d->state == READY && d->kind == KIND_VMM && d->vm.mapped > d->target;
-            bool waiting = excess && now_ms < d->last_grow_ms + IDLE_SPELL_MS;
+            bool ready = d->state == READY && d->kind == KIND_VMM;
+            bool excess = ready && d->vm.mapped > d->target && (d->vm.idle || d->vm.reclaimable);
+            uint64_t at = d->last_grow_ms + IDLE_SPELL_MS;
+            bool waiting = excess && now_ms < at;
+            if (waiting)
+                due = earliest(due, at);
             if (excess && !waiting) {
                 /* The driver calls need the device's context on this thread. */
                 if (cur < 0)
@@ -216,19 +250,23 @@ void fa_device_background(uint64_t now_ms)
                 ST_ADD(d, pieces_given_back, fa_grow_release_idle(d, dev, d->target, true));
                 fa_dev_sync_stats(d);
             }
-            bool sync = excess && !waiting && d->vm.mapped > d->target && d->vm.quarantined > 0;
-            again |= waiting || (excess && d->vm.mapped > d->target && !sync);
-            pthread_mutex_unlock(&d->lock);
             /* Freed blocks keep their pieces until the device caught up. */
-            if (!sync || round == 1 || !fa_quar_sync(rt, d, dev))
+            bool sync = excess && !waiting && d->vm.mapped > d->target && d->vm.reclaimable;
+            pthread_mutex_unlock(&d->lock);
+            if (!sync || round == 1)
                 break;
+            if (!fa_quar_sync(rt, d, dev)) {
+                if (fa_capturing()) /* no sync during a capture: look again after it */
+                    due = earliest(due, now_ms + CAPTURE_RETRY_MS);
+                break;
+            }
         }
     }
     if (cur >= 0 && rt->cudaSetDevice)
         rt->cudaSetDevice(cur); /* the thread's device as it was */
-    fa_section_leave();
-    if (again)
+    if (due)
         __atomic_store_n(&background_wanted, 1, __ATOMIC_RELEASE);
+    return due;
 }
 
 void fa_grow_fork_child(void) { background_wanted = 0; }

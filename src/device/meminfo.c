@@ -1,9 +1,11 @@
 /* meminfo.c - what the driver could have.  cudaMemGetInfo counts as free
  * what the pool would give back to the driver: idle pieces and those the
  * next synchronisation makes idle, or chunks holding no live block, with
- * what is quarantined there (never free space a live block pins).  The
- * same reckoning tells the pool when a request is beyond anything a sync
- * or giving back could serve. */
+ * what is quarantined there (never free space a live block pins).  During
+ * a stream capture, which forbids the synchronisation, only what goes back
+ * without one: idle pieces, chunks holding nothing live or quarantined.
+ * The same reckoning tells the pool when a request is beyond anything a
+ * sync or giving back could serve. */
 #include "devstate.h"
 #include "device.h"
 
@@ -11,10 +13,13 @@ uint64_t fa_meminfo_reach(const devstate *d)
 {
     /* Idle pieces, and what the quarantine holds (the pieces a sync makes
      * idle, or its bytes if more); idle chunks and quarantined bytes. */
+    bool sync = !fa_capturing();
     if (d->state == READY && d->kind == KIND_VMM)
-        return d->vm.idle + (d->vm.reclaimable > d->vm.quarantined ? d->vm.reclaimable : d->vm.quarantined);
+        return d->vm.idle + (!sync                                  ? 0
+                             : d->vm.reclaimable > d->vm.quarantined ? d->vm.reclaimable
+                                                                     : d->vm.quarantined);
     if (d->state == READY && d->kind == KIND_CHUNKS)
-        return fa_pool_idle(&d->pool) + d->pool.quarantined;
+        return sync ? fa_pool_idle(&d->pool) + d->pool.quarantined : fa_pool_idle_now(&d->pool);
     return 0;
 }
 
@@ -42,10 +47,11 @@ fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b)
         devstate *d = &fa_devs[dev];
         uint64_t idle = 0;
         pthread_mutex_lock(&d->lock);
-        if (d->state == READY && d->kind == KIND_VMM)
-            idle = d->vm.idle + d->vm.reclaimable; /* whole idle pieces, and those a sync makes idle */
+        bool sync = !fa_capturing();
+        if (d->state == READY && d->kind == KIND_VMM) /* whole idle pieces, and those a sync makes idle */
+            idle = d->vm.idle + (sync ? d->vm.reclaimable : 0);
         else if (d->state == READY && d->kind == KIND_CHUNKS)
-            idle = fa_pool_idle(&d->pool);
+            idle = sync ? fa_pool_idle(&d->pool) : fa_pool_idle_now(&d->pool);
         pthread_mutex_unlock(&d->lock);
         uint64_t f = (uint64_t)*free_b + idle;
         *free_b = (size_t)(f > *total_b ? *total_b : f);

@@ -60,6 +60,7 @@ FA_PASS(FA_PT_cudaFreeHost, cudaFreeHost, (void *p), (p))
         while ((r = rt->name args) == FA_CUDA_ERROR_MEMORY_ALLOCATION &&      \
                fa_device_room_make(&room))                                    \
             ;                                                                 \
+        fa_device_room_end(&room);                                            \
         return r;                                                             \
     }
 FA_PASS_DEVICE(FA_PT_cudaMallocAsync, cudaMallocAsync, (void **p, size_t n, fa_cuda_stream s), (p, n, s))

@@ -3,7 +3,9 @@
  * contents can be checked directly.  One mode per behaviour; exit 0 when
  * every check holds.  run.py sets the environment of each mode. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,6 +20,7 @@
 #define MiB (1024 * KiB)
 
 static int failures;
+static void sleep_s(double s);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
@@ -772,6 +775,27 @@ static int errors(void)
     return failures;
 }
 
+/* The pool refuses cudaIpcGetMemHandle of its blocks, leaving
+ * cudaErrorInvalidValue as the last error as the runtime's refusal would:
+ * during this thread's global-mode capture that must not invalidate the
+ * capture (the call raising the error runs in relaxed mode). */
+static int refuse_capture(void)
+{
+    void *b = dmalloc(MiB);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    cudaIpcMemHandle_t h;
+    CHECK(cudaIpcGetMemHandle(&h, b) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    int st = -1;
+    CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(cudaFree(b) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
 /* ---- stream capture ------------------------------------------------------------------------------ */
 
 static int capture(void)
@@ -791,11 +815,14 @@ static int capture(void)
     void *c = NULL;
     CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess);
     CHECK(stat_of("device.0.pool_allocs") == 3 && stat_of("device.0.fallback_allocs") == 0);
-    /* The pool is full and neither syncs nor grows during a capture: the
-     * driver serves (and is full after it). */
+    /* The pool is full and does not sync during a capture: the piece pool
+     * grows (the virtual-memory calls are allowed during one), the chunk
+     * pool, which holds no more than its size, leaves it to the driver
+     * (full after it either way). */
+    uint64_t fallback = vmm() ? 0 : 1;
     void *x = NULL;
     CHECK(cudaMalloc(&x, 32 * MiB) == cudaSuccess);
-    CHECK(stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.fallback_allocs") == fallback);
     CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     cudaGraph_t g = NULL;
     CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess); /* not invalidated */
@@ -803,7 +830,7 @@ static int capture(void)
     /* After the capture the pool syncs again when it must. */
     CHECK(cudaFree(c) == cudaSuccess);
     void *d = dmalloc(32 * MiB);
-    CHECK(stat_of("device.0.device_syncs") == 2 && stat_of("device.0.pool_allocs") == 4);
+    CHECK(stat_of("device.0.device_syncs") == 2 && stat_of("device.0.pool_allocs") == 5 - fallback);
     cudaStreamDestroy(s);
     /* A capture that ends with its stream destroyed, not with
      * cudaStreamEndCapture: the pool syncs again when it must. */
@@ -816,14 +843,14 @@ static int capture(void)
     CHECK(cudaStreamDestroy(t) == cudaSuccess);
     uint64_t syncs = stat_of("device.0.device_syncs");
     void *e = dmalloc(32 * MiB), *f = dmalloc(32 * MiB); /* the quarantined b and d, after a sync */
-    CHECK(stat_of("device.0.device_syncs") > syncs && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.device_syncs") > syncs && stat_of("device.0.fallback_allocs") == fallback);
     CHECK(cudaFree(e) == cudaSuccess && cudaFree(f) == cudaSuccess && cudaFree(x) == cudaSuccess);
     /* One that ends with cudaDeviceReset: the pool is built again after it. */
     CHECK(cudaStreamCreateWithFlags(&t, 1) == cudaSuccess);
     CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess);
     CHECK(cudaDeviceReset() == cudaSuccess);
     void *k = dmalloc(MiB);
-    CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.fallback_allocs") == fallback);
     CHECK(cudaFree(k) == cudaSuccess);
     return failures;
 }
@@ -934,6 +961,137 @@ static int capture_free(void)
     CHECK(cudaGetLastError() == cudaSuccess);
     CHECK(stat_of("device.0.in_use_bytes") == 0);
     CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
+/* A relaxed-mode request during a stream capture that the driver alone
+ * would serve is served: the pool gives back idle memory then, without a
+ * synchronisation (the virtual-memory calls, and the chunk pool's
+ * cudaFree in relaxed mode, neither are refused nor invalidate a capture),
+ * and what cudaMemGetInfo calls free during a capture can be had: memory
+ * that only a synchronisation would free is not counted then.  Run with
+ * FAKECUDA_MEM=2G and a 1 GiB pool. */
+static int capture_room(void)
+{
+    enum { N = 900 };
+    static void *p[N];
+    for (int i = 0; i < N; i++)
+        p[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < N; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    size_t f = 0, t = 0;
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess && f == t); /* all of it, as without the pool */
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    void *big = NULL, *q = NULL;
+    cudaError_t rc = cudaMalloc(&big, 1500 * MiB);
+    printf("capture_malloc_1500M %d\n", (int)rc);
+    CHECK(rc == cudaSuccess);
+    CHECK(cudaMalloc(&q, 64 * MiB) == cudaSuccess && cudaFree(q) == cudaSuccess); /* quarantined */
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    /* What it calls free, in 2 MiB blocks (the stand-in places a larger
+     * block only where that much is contiguous). */
+    size_t got = 0;
+    int nb = 0;
+    while (nb < N && cudaMalloc(&p[nb], 2 * MiB) == cudaSuccess)
+        got += 2 * MiB, nb++;
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    printf("capture_free_bytes %zu allocated %zu\n", f, got);
+    CHECK(got + 2 * MiB >= f);
+    while (nb > 0)
+        CHECK(cudaFree(p[--nb]) == cudaSuccess);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(cudaFree(big) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    void *after = dmalloc(8 * MiB); /* the pool serves as before */
+    CHECK(after != NULL && cudaFree(after) == cudaSuccess);
+    CHECK(stat_of("device.0.in_use_bytes") == 0);
+    return failures;
+}
+
+/* The pool's own driver calls (reserving, growing back, giving back)
+ * while another thread begins a global-mode capture: held up on their way
+ * into the runtime (the stand-in's entry hook), the capture begins, and
+ * the call must neither be refused nor invalidate it, as the program's
+ * calls, made before the capture began, would not.  Run with a 128 MiB
+ * pool on a 256 MiB device. */
+static cudaStream_t cc_stream;
+static int cc_hooked, cc_begun, cc_end; /* the hook ran; the capture began; its end is asked for */
+static cudaError_t cc_begin_rc, cc_end_rc;
+
+static void *cc_capturer(void *arg)
+{
+    (void)arg;
+    cc_begin_rc = cudaStreamBeginCapture(cc_stream, cudaStreamCaptureModeGlobal);
+    __atomic_store_n(&cc_begun, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&cc_end, __ATOMIC_ACQUIRE))
+        sleep_s(0.001);
+    cudaGraph_t g = NULL;
+    cc_end_rc = cudaStreamEndCapture(cc_stream, &g);
+    cudaGetLastError();
+    return NULL;
+}
+
+static pthread_t cc_thread;
+
+/* The entry hook: another thread begins a capture, given 200 ms to. */
+static void cc_hook(void)
+{
+    __atomic_store_n(&cc_hooked, 1, __ATOMIC_RELEASE);
+    CHECK(pthread_create(&cc_thread, NULL, cc_capturer, NULL) == 0);
+    for (int i = 0; i < 200 && !__atomic_load_n(&cc_begun, __ATOMIC_ACQUIRE); i++)
+        sleep_s(0.001);
+}
+
+/* After the call that ran the hook: the capture began and ends valid. */
+static void cc_check(const char *what)
+{
+    bool ran = __atomic_load_n(&cc_hooked, __ATOMIC_ACQUIRE);
+    CHECK(ran);
+    if (!ran)
+        return;
+    __atomic_store_n(&cc_end, 1, __ATOMIC_RELEASE);
+    pthread_join(cc_thread, NULL);
+    printf("%s begin %d end %d\n", what, (int)cc_begin_rc, (int)cc_end_rc);
+    CHECK(cc_begin_rc == cudaSuccess && cc_end_rc == cudaSuccess);
+    cc_hooked = cc_begun = cc_end = 0;
+}
+
+static int capture_calls(void)
+{
+    bool pieces = vmm_expected();
+    CHECK(cudaStreamCreateWithFlags(&cc_stream, 1 /* non-blocking */) == cudaSuccess);
+    /* The first cudaMalloc reserves the pool. */
+    fakecuda_set_entry_hook(pieces ? "cuMemAddressReserve" : "cudaMalloc", cc_hook);
+    void *a = dmalloc(MiB);
+    cc_check("reserve");
+    CHECK(a != NULL && cudaFree(a) == cudaSuccess);
+    void *fill[60];
+    for (int i = 0; i < 60; i++)
+        fill[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < 60; i++)
+        CHECK(cudaFree(fill[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    /* A request beyond what the driver has free: the pool gives its idle
+     * memory back. */
+    fakecuda_set_entry_hook(pieces ? "cuMemUnmap" : "cudaFree", cc_hook);
+    void *x = dmalloc(200 * MiB);
+    cc_check("give_back");
+    CHECK(x != NULL && cudaFree(x) == cudaSuccess);
+    /* The chunk pool grows back to its size; the piece pool creates. */
+    fakecuda_set_entry_hook(pieces ? "cuMemCreate" : "cudaMalloc", cc_hook);
+    void *b = dmalloc(MiB);
+    cc_check("grow");
+    CHECK(b != NULL && cudaFree(b) == cudaSuccess);
+    CHECK(cudaStreamDestroy(cc_stream) == cudaSuccess);
     return failures;
 }
 
@@ -1069,10 +1227,15 @@ static int free_async(void)
         memset(c[i], 9, MiB);
     }
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
-    for (int i = 0; i < 8; i++)
+    bool reused = false; /* after a sync of the pool's (one that pays: a slow machine's pieces cost more) */
+    for (int i = 0; i < 8; i++) {
         CHECK(c[i][0] == 9 && c[i][MiB - 1] == 9); /* not the freed block's queued fill */
-    CHECK(cudaFreeAsync(a, s) == cudaErrorInvalidValue); /* freed twice: refused, as by cudaFree */
-    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+        reused |= c[i] == a;
+    }
+    if (!reused) {
+        CHECK(cudaFreeAsync(a, s) == cudaErrorInvalidValue); /* freed twice: refused, as by cudaFree */
+        CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    }
     /* Larger than a chunk: the driver's block in the chunk pool, a piece of
      * the pool's otherwise; either way it is freed and forgotten. */
     void *big = dmalloc(100 * MiB);
@@ -1451,8 +1614,7 @@ static void sleep_s(double s)
 }
 
 /* capture: a stream capture is under way while the program waits, and ends
- * then: the pool makes no driver call during it (the capture stays valid),
- * and gives back once it is over. */
+ * then: the pool gives back during it, and the capture stays valid. */
 static int giveback(double wait_s, bool capture)
 {
     void *p[48];
@@ -1478,9 +1640,117 @@ static int giveback(double wait_s, bool capture)
         cudaGraph_t g = NULL;
         CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
         CHECK(cudaStreamDestroy(s) == cudaSuccess);
-        sleep_s(2.5);
     }
     printf("pool_bytes %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    return failures;
+}
+
+/* The helper thread's wake-ups: each time it ran, counted from the
+ * context switches of the threads named "forgealloc" (a thread that left
+ * and one started since count as they are seen). */
+static unsigned long helper_switches(pid_t *tid)
+{
+    unsigned long n = 0;
+    *tid = 0;
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        bool helper = f && fgets(line, sizeof line, f) && strcmp(line, "forgealloc\n") == 0;
+        if (f)
+            fclose(f);
+        if (!helper)
+            continue;
+        *tid = (pid_t)atoi(e->d_name);
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        while (fgets(line, sizeof line, f)) {
+            unsigned long v;
+            if (sscanf(line, "voluntary_ctxt_switches: %lu", &v) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %lu", &v) == 1)
+                n += v;
+        }
+        fclose(f);
+    }
+    if (dir)
+        closedir(dir);
+    return n;
+}
+
+/* The live blocks stay above the pool's size, then the program sits
+ * still for 10 s: nothing can be given back, so the helper thread sleeps
+ * (or leaves) instead of looking every second.  Then the blocks are freed:
+ * what was grown goes back after the idle spell.  Run with a 256 MiB pool
+ * on a 1 GiB device. */
+static int idle_helper(void)
+{
+    void *p[24];
+    for (int i = 0; i < 24; i++)
+        p[i] = dmalloc(16 * MiB); /* 384 MiB live */
+    CHECK(stat_of("device.0.pool_bytes") > 256 * MiB);
+    sleep_s(0.2); /* the thread started by the growth looks once */
+    pid_t tid, was;
+    unsigned long base = helper_switches(&was), wakeups = 0, sets = fakecuda_calls("cudaSetDevice");
+    for (int i = 0; i < 100; i++) { /* 10 s */
+        sleep_s(0.1);
+        unsigned long n = helper_switches(&tid);
+        if (tid && tid != was)
+            wakeups++, base = 0; /* a new thread */
+        else if (n > base)
+            wakeups += n - base;
+        if (tid)
+            base = n, was = tid;
+    }
+    sets = fakecuda_calls("cudaSetDevice") - sets;
+    printf("idle_wakeups %lu set_device_calls %lu\n", wakeups, sets);
+    CHECK(wakeups <= 3);
+    for (int i = 0; i < 24; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    sleep_s(11);
+    printf("pool_bytes_after_frees %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    CHECK(stat_of("device.0.pool_bytes") <= 256 * MiB);
+    return failures;
+}
+
+/* pthread_create, made to fail (as at a container's pids limit) while
+ * fail_starts is set; d_pool exports it, so the preloaded library's calls
+ * come here. */
+static int fail_starts;
+__attribute__((visibility("default"))) int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
+                                                      void *arg)
+{
+    static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    if (__atomic_load_n(&fail_starts, __ATOMIC_ACQUIRE))
+        return EAGAIN;
+    if (!real)
+        real = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))dlsym(RTLD_NEXT,
+                                                                                               "pthread_create");
+    return real(t, a, fn, arg);
+}
+
+/* The helper thread cannot start when the pool grows: it is started later,
+ * and what was grown still goes back.  Run with a 256 MiB pool on a 1 GiB
+ * device. */
+static int thread_retry(void)
+{
+    __atomic_store_n(&fail_starts, 1, __ATOMIC_RELEASE);
+    void *p[24];
+    for (int i = 0; i < 24; i++)
+        p[i] = dmalloc(16 * MiB);
+    pid_t tid;
+    helper_switches(&tid);
+    CHECK(tid == 0); /* none could start */
+    __atomic_store_n(&fail_starts, 0, __ATOMIC_RELEASE);
+    sleep_s(1.5);
+    for (int i = 0; i < 24; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    sleep_s(11);
+    printf("pool_bytes_after_frees %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    CHECK(stat_of("device.0.pool_bytes") <= 256 * MiB);
     return failures;
 }
 
@@ -1548,7 +1818,7 @@ static int capture_race(int n)
     void *a = dmalloc(32 * MiB), *b = dmalloc(32 * MiB); /* the pool is full */
     CHECK(cudaFree(a) == cudaSuccess);                   /* quarantined */
     uint64_t syncs = stat_of("device.0.device_syncs");
-    fakecuda_set_sync_entry_hook(race_hook);
+    fakecuda_set_entry_hook("cudaDeviceSynchronize", race_hook);
     void *c = NULL;
     CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess); /* served after the pool's sync */
     CHECK(stat_of("device.0.device_syncs") > syncs);
@@ -1653,6 +1923,16 @@ int main(int argc, char **argv)
         return errors() ? 1 : 0;
     if (strcmp(mode, "capture") == 0)
         return capture() ? 1 : 0;
+    if (strcmp(mode, "idle_helper") == 0)
+        return idle_helper() ? 1 : 0;
+    if (strcmp(mode, "thread_retry") == 0)
+        return thread_retry() ? 1 : 0;
+    if (strcmp(mode, "refuse_capture") == 0)
+        return refuse_capture() ? 1 : 0;
+    if (strcmp(mode, "capture_room") == 0)
+        return capture_room() ? 1 : 0;
+    if (strcmp(mode, "capture_calls") == 0)
+        return capture_calls() ? 1 : 0;
     if (strcmp(mode, "capture_free") == 0)
         return capture_free() ? 1 : 0;
     if (strcmp(mode, "capture_race") == 0)
@@ -1688,7 +1968,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
-                    "|reset_race|errors|capture|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

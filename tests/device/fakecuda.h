@@ -302,11 +302,12 @@ FAKECUDA_API void fakecuda_set_sync_error(int err);
  * queued it returns at once. */
 FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms);
 
-/* Run fn once, on the thread of the next cudaDeviceSynchronize, as that
- * call enters and before it does anything (the stand-in's lock not held):
- * a thread held up between deciding to synchronise and the call, while
- * other threads go on. */
-FAKECUDA_API void fakecuda_set_sync_entry_hook(void (*fn)(void));
+/* Run hook once, on the thread of the next call of the runtime or driver
+ * function named fn (e.g. "cudaDeviceSynchronize"), as that call enters
+ * and before it does anything (the stand-in's lock not held): a thread
+ * held up between deciding to make the call and the call, while other
+ * threads go on.  An unknown name aborts. */
+FAKECUDA_API void fakecuda_set_entry_hook(const char *fn, void (*hook)(void));
 
 /* The bytes of an IPC handle from cudaIpcGetMemHandle: this struct at the
  * start of the 64-byte handle, the rest zero. */

@@ -161,7 +161,8 @@ static struct {
     unsigned vm_us;            /* FAKECUDA_VM_US */
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
     unsigned busy_sync_ms;     /* fakecuda_set_busy_sync_ms */
-    void (*sync_entry_hook)(void); /* fakecuda_set_sync_entry_hook */
+    void (*entry_hook)(void);       /* fakecuda_set_entry_hook */
+    int entry_hook_fn;              /* the FN_ of the call it waits for */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
     struct vm_reservation *freed_va; /* address space given back: work landing there faults */
@@ -395,8 +396,20 @@ static cudaError_t enter_counted(enum fc_fn fn)
     return cudaSuccess;
 }
 
+/* fakecuda_set_entry_hook: run on the thread of the next call of its
+ * function, as the call enters (the lock not held). */
+static void entry_hook(enum fc_fn fn)
+{
+    if (__atomic_load_n(&g.entry_hook_fn, __ATOMIC_ACQUIRE) != (int)fn)
+        return;
+    void (*hook)(void) = __atomic_exchange_n(&g.entry_hook, NULL, __ATOMIC_ACQ_REL);
+    if (hook)
+        hook();
+}
+
 static cudaError_t enter(enum fc_fn fn)
 {
+    entry_hook(fn);
     count_call(fn);
     return enter_counted(fn);
 }
@@ -409,6 +422,7 @@ static cudaError_t enter(enum fc_fn fn)
  * the lock as enter() does, with *rc set the same way. */
 static bool enter_local(enum fc_fn fn, cudaError_t *rc)
 {
+    entry_hook(fn);
     count_call(fn);
     if (!__atomic_load_n(&g.ready, __ATOMIC_ACQUIRE) || g.trace) {
         *rc = enter_counted(fn);
@@ -1026,15 +1040,21 @@ static cudaError_t do_set_device(int d)
     return cudaSuccess;
 }
 
+/* During a capture the rule for potentially unsafe calls is applied
+ * before the arguments are looked at: cudaMalloc(NULL, n) is refused, and
+ * invalidates, where the mode prohibits the call.  (Which comes first in
+ * the real runtime has not been measured; the stricter order is modelled,
+ * so the shim does not rely on the other.) */
 static cudaError_t do_malloc(void **p, size_t n)
 {
-    if (!p)
-        return cudaErrorInvalidValue;
-    *p = NULL;
     int dev;
     cudaError_t rc = current_device(&dev);
     if (!rc)
         rc = check_unsafe_allowed();
+    if (!rc && !p)
+        rc = cudaErrorInvalidValue;
+    if (p)
+        *p = NULL;
     if (!rc && n)
         rc = device_alloc(dev, n, AK_DEVICE, p);
     return rc;
@@ -2044,9 +2064,6 @@ FAKECUDA_API cudaError_t cudaDeviceReset(void)
 
 FAKECUDA_API cudaError_t cudaDeviceSynchronize(void)
 {
-    void (*hook)(void) = __atomic_exchange_n(&g.sync_entry_hook, NULL, __ATOMIC_ACQ_REL);
-    if (hook)
-        hook(); /* the caller is held up on its way in, lock not held */
     cudaError_t rc = enter(FN_cudaDeviceSynchronize);
     if (!rc && g.sync_error)
         rc = g.sync_error; /* nothing lands, as after a sticky error */
@@ -2611,7 +2628,19 @@ FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms)
     unlock();
 }
 
-FAKECUDA_API void fakecuda_set_sync_entry_hook(void (*fn)(void)) { __atomic_store_n(&g.sync_entry_hook, fn, __ATOMIC_RELEASE); }
+FAKECUDA_API void fakecuda_set_entry_hook(const char *fn, void (*hook)(void))
+{
+    int which = -1;
+    for (int i = 0; fn && i < FN_COUNT; i++)
+        if (strcmp(fn_names[i], fn) == 0)
+            which = i;
+    if (which < 0) {
+        say("fakecuda: fakecuda_set_entry_hook: no function %s", fn ? fn : "(null)");
+        abort();
+    }
+    __atomic_store_n(&g.entry_hook, hook, __ATOMIC_RELEASE);
+    __atomic_store_n(&g.entry_hook_fn, which, __ATOMIC_RELEASE);
+}
 
 FAKECUDA_API size_t fakecuda_pieces(int device)
 {

@@ -602,6 +602,7 @@ static void test_capture(void)
     EXPECT(cudaMemsetAsync(b, 3, 16, s), cudaErrorStreamCaptureInvalidated);
     EXPECT(fakecuda_enqueue_fill(s, b, 3, 16), cudaErrorStreamCaptureInvalidated);
     EXPECT(cudaMallocPitch(&p, &(size_t){0}, 10, 10), cudaErrorStreamCaptureUnsupported);
+    EXPECT(cudaMalloc(NULL, 512), cudaErrorStreamCaptureUnsupported); /* the capture rule before the arguments */
     gr = (cudaGraph_t)&gr;
     EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
     CHECK(gr == NULL, "no graph from an invalidated capture");
@@ -1035,6 +1036,31 @@ static void test_threads(void)
     CHECK(fakecuda_used(0) == 0 && fakecuda_used(1) == 0, "all freed");
 }
 
+/* fakecuda_set_entry_hook: once, on the calling thread, as the named call
+ * enters (before it takes effect). */
+static int hook_runs;
+static size_t hook_saw_used;
+static void entry_hook_fn(void)
+{
+    hook_runs++;
+    hook_saw_used = fakecuda_used(0);
+}
+
+static void test_entry_hook(void)
+{
+    size_t used = fakecuda_used(0);
+    fakecuda_set_entry_hook("cudaMalloc", entry_hook_fn);
+    void *p, *q;
+    OK(cudaFree(NULL)); /* another call: the hook waits */
+    CHECK(hook_runs == 0, "the hook ran on another call");
+    OK(cudaMalloc(&p, 4096));
+    CHECK(hook_runs == 1 && hook_saw_used == used, "the hook ran %d times, before the call took effect", hook_runs);
+    OK(cudaMalloc(&q, 4096));
+    CHECK(hook_runs == 1, "the hook runs once");
+    OK(cudaFree(p));
+    OK(cudaFree(q));
+}
+
 static void test_set_capacity(void)
 {
     void *p;
@@ -1451,6 +1477,7 @@ int main(int argc, char **argv)
     test_queued_work();
     test_reset();
     test_capture();
+    test_entry_hook();
     test_pointer_attributes();
     test_ipc();
     test_pitch();
