@@ -67,30 +67,13 @@ static void capture_drop(int i)
     __atomic_fetch_sub(&captures, 1, __ATOMIC_ACQ_REL);
 }
 
-/* The device stream s belongs to (-1 if unknown), asked while s exists (a
- * cudaDeviceReset destroys the streams of one device) and before its
- * capture begins: asking a capturing stream invalidates its capture (seen
- * on CUDA 13.0).  The runtime says where it can (cudaStreamGetDevice, CUDA
- * 12.8 and later); else the thread's device, which is that of NULL and the
- * per-thread stream, and of a created stream when it is captured with its
- * device current, as programs do (work is launched into it there). */
-static int stream_device(const fa_cudart *rt, fa_cuda_stream s)
-{
-    int dev = -1;
-    fa_cuda_error before = fa_err_peek(rt);
-    if (!rt->cudaStreamGetDevice || rt->cudaStreamGetDevice(s, &dev) != 0)
-        dev = fa_dev_thread_device(rt);
-    fa_err_absorb(rt, before);
-    return dev;
-}
-
 int fa_device_capture_before_begun(fa_cuda_stream s)
 {
     const fa_cudart *rt = fa_cudart_get();
     int dev = fa_dev_pool_device(rt);
     if (dev >= 0)
         fa_quar_sync(rt, &fa_devs[dev], dev); /* none when nothing waits; leaves no error */
-    int sdev = stream_device(rt, s);
+    int sdev = fa_dev_stream_device(rt, s);
     capture_announce();
     return sdev;
 }

@@ -128,6 +128,23 @@ int fa_dev_current_device(const fa_cudart *rt)
     return dev;
 }
 
+/* The device stream s belongs to (-1 if unknown), asked while s exists (a
+ * cudaDeviceReset destroys the streams of one device) and before its
+ * capture begins: asking a capturing stream invalidates its capture (seen
+ * on CUDA 13.0).  The runtime says where it can (cudaStreamGetDevice, CUDA
+ * 12.8 and later); else the thread's device, which is that of NULL and the
+ * per-thread stream, and of a created stream when it is captured with its
+ * device current, as programs do (work is launched into it there). */
+int fa_dev_stream_device(const fa_cudart *rt, fa_cuda_stream s)
+{
+    int dev = -1;
+    fa_cuda_error before = fa_err_peek(rt);
+    if (!rt->cudaStreamGetDevice || rt->cudaStreamGetDevice(s, &dev) != 0)
+        dev = fa_dev_thread_device(rt);
+    fa_err_absorb(rt, before);
+    return dev;
+}
+
 int fa_dev_pool_device(const fa_cudart *rt)
 {
     int dev = fa_dev_current_device(rt);
@@ -250,6 +267,8 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
         __atomic_store_n(&d->vm_bytes, 2 * d->vm.zone, __ATOMIC_RELEASE);
         __atomic_store_n(&d->vm_base, d->vm.base, __ATOMIC_RELEASE);
     }
+    d->covered = 0; /* no device covered the new pool's quarantine yet */
+    __atomic_store_n(&d->reach_async, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&d->kind, kind, __ATOMIC_RELEASE);
     __atomic_store_n(&d->state, kind != KIND_NONE ? READY : PASSTHROUGH, __ATOMIC_RELEASE);
     fa_dev_sync_stats(d);
@@ -308,10 +327,12 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
 /* ---- free -------------------------------------------------------------------------- */
 
 /* Quarantine p if a pool owns it: FA_VM_FREED / FA_VM_BAD_POINTER, or
- * FA_VM_NOT_OURS.  *full: the device whose quarantine reached
- * FA_QUARANTINE_MAX_BLOCKS with this free, and no sync for it is under way
- * (-1: none); the caller syncs it, then calls fa_quar_bound_done. */
-static int pool_free(uintptr_t p, int *full)
+ * FA_VM_NOT_OURS.  from: the device of the stream a cudaFreeAsync named
+ * (-1: cudaFree), which the quarantine then waits for too.  *full: the
+ * device whose quarantine reached FA_QUARANTINE_MAX_BLOCKS with this free,
+ * and no sync for it is under way (-1: none); the caller syncs it, then
+ * calls fa_quar_bound_done. */
+static int pool_free(uintptr_t p, int from, int *full)
 {
     *full = -1;
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
@@ -339,6 +360,8 @@ static int pool_free(uintptr_t p, int *full)
             res = c == FA_POOL_FREED ? FA_VM_FREED : c == FA_POOL_NOT_OURS ? FA_VM_NOT_OURS : FA_VM_BAD_POINTER;
         }
         if (res == FA_VM_FREED) {
+            if (from >= 0 && from != dev)
+                fa_quar_reach_add(d, from);
             ST_ADD(d, frees, 1);
             fa_dev_sync_stats(d);
         }
@@ -367,24 +390,28 @@ static bool in_a_pool(uintptr_t p)
 }
 
 /* cudaFree (async NULL) or cudaFreeAsync of p (not NULL).  A pool block
- * waits in quarantine until the next device synchronisation, which covers
- * the work any stream queued before the free, so both are served alike
- * (a cudaFreeAsync once its stream passed fa_err_async_free_refused, a
+ * waits in quarantine until the next synchronisation of the devices that
+ * reach it, which covers the work any stream queued before the free, so
+ * both are served alike (a cudaFreeAsync once its stream passed
+ * fa_err_async_free_refused, its stream's device then among those, a
  * cudaFree during a capture once it passed fa_err_free_refused). */
 static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*async)(void *, fa_cuda_stream),
                                 fa_cuda_stream s)
 {
+    int from = -1; /* the freeing stream's device */
     if (async && in_a_pool((uintptr_t)p)) {
-        fa_cuda_error r = fa_err_async_free_refused(rt, s, async == rt->cudaFreeAsync_ptsz);
+        bool ptsz = async == rt->cudaFreeAsync_ptsz;
+        fa_cuda_error r = fa_err_async_free_refused(rt, s, ptsz);
         if (r != 0)
             return r;
+        from = fa_dev_stream_device(rt, ptsz && !s ? FA_CUDA_STREAM_PER_THREAD : s);
     } else if (!async && fa_capturing() && in_a_pool((uintptr_t)p)) {
         fa_cuda_error r = fa_err_free_refused(rt);
         if (r != 0)
             return r;
     }
     int full;
-    int res = pool_free((uintptr_t)p, &full);
+    int res = pool_free((uintptr_t)p, from, &full);
     if (full >= 0) /* leaves no error behind, succeeds or not */
         fa_quar_bound_done(&fa_devs[full], fa_quar_sync(rt, &fa_devs[full], full));
     /* Inside the pool but not a live block: the driver must never see it,
@@ -462,25 +489,32 @@ fa_cuda_error fa_device_reset(void)
     devstate *d = &fa_devs[dev];
     /* The driver's reset waits for the device's queued work; unmapping the
      * pieces does not: the work lands first, as it would without the pool.
-     * A failed sync (a sticky error) is the reset's to clear.  Not while
-     * another device's stream captures: a sync would invalidate that. */
+     * A failed sync (a sticky error) is the reset's to clear.  Not while a
+     * stream captures (a sync would invalidate it): the pieces then stay
+     * mapped through the driver's reset, which waits for the work, and are
+     * let go after it. */
+    bool synced = false;
     if (fa_dev_state(d) == READY && __atomic_load_n(&d->kind, __ATOMIC_ACQUIRE) == KIND_VMM &&
         rt->cudaDeviceSynchronize && fa_section_enter()) {
         fa_cuda_error before = fa_err_peek(rt);
-        if (fa_quar_drv_sync(rt, d) != 0)
+        synced = fa_quar_drv_sync(rt, d) == 0;
+        if (!synced)
             fa_err_absorb(rt, before);
         fa_section_leave();
     }
+    fa_vm late;
+    bool tear_late = false;
+    fa_vmctx x = {NULL, d, dev};
     pthread_mutex_lock(&d->lock);
     while (d->state == RESERVING || d->state == RESETTING)
         pthread_cond_wait(&d->settled, &d->lock);
     if (d->state == READY && d->kind == KIND_VMM) {
-        fa_vmctx x = {fa_cudrv_get(rt), d, dev};
-        if (x.drv) {
-            fa_vm_release_all(&d->vm, &fa_pieces_driver, &x);
-            x.drv->cuMemAddressFree((fa_cu_ptr)d->vm.base, 2 * d->vm.zone);
-        }
-        fa_vm_destroy(&d->vm);
+        x.drv = fa_cudrv_get(rt);
+        late = d->vm;
+        memset(&d->vm, 0, sizeof d->vm);
+        tear_late = !synced;
+        if (!tear_late)
+            fa_pieces_teardown(&x, &late);
         __atomic_store_n(&d->vm_base, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&d->vm_bytes, 0, __ATOMIC_RELEASE);
     } else if (d->kind == KIND_CHUNKS) {
@@ -496,7 +530,15 @@ fa_cuda_error fa_device_reset(void)
     pthread_mutex_lock(&map_lock);
     fa_ptrmap_drop_device(&fallback, dev);
     pthread_mutex_unlock(&map_lock);
+    /* The reset waits for the device's work: it covers the quarantines of
+     * the other pools the device reaches, as a sync does. */
+    fa_sync_mark m;
+    fa_quar_begin(dev, &m);
     fa_cuda_error r = rt->cudaDeviceReset(); /* its only documented errors are earlier launches' */
+    if (r == 0)
+        fa_quar_end(dev, &m, 0);
+    if (tear_late)
+        fa_pieces_teardown(&x, &late); /* its calls' errors are the driver's own: the runtime's stays */
     fa_captures_forget(dev);
     pthread_mutex_lock(&d->lock);
     __atomic_store_n(&d->state, UNTOUCHED, __ATOMIC_RELEASE);
@@ -607,7 +649,7 @@ void fa_device_fork_child(void)
         d->kind = KIND_NONE;
         d->vm_base = d->vm_bytes = 0;
         d->target = d->fallback_bytes = d->last_grow_ms = 0;
-        d->peers = 0;
+        d->peers = d->reach_async = d->covered = 0;
         d->used = 0;
         d->bound_sync = false; /* its syncing thread was the parent's */
         d->bound_retry = 0;

@@ -33,6 +33,7 @@ typedef struct __attribute__((aligned(64))) devstate {
     uintptr_t vm_base;       /* the reservation, 0 when none */
     size_t vm_bytes;
     unsigned peers;          /* bit p: device p may access this pool (cudaDeviceEnablePeerAccess) */
+    unsigned reach_async;    /* bit p: device p's streams freed blocks of this pool (cudaFreeAsync) */
     /* everything here; adaptive: it is held for a few hundred nanoseconds,
      * so a second thread spins briefly instead of sleeping in the kernel
      * (two threads on one device: 0.6-0.7x the time per pair) */
@@ -50,6 +51,8 @@ typedef struct __attribute__((aligned(64))) devstate {
     unsigned generation;     /* resets so far: a pool is the same pool only within one */
     bool bound_sync;         /* a sync for FA_QUARANTINE_MAX_BLOCKS is under way (pool_free) */
     uint32_t bound_retry;    /* after one failed: quarantine length of the next try (0: none failed) */
+    uint32_t cov[FA_MAX_DEVICES]; /* per device: the last epoch one of its syncs covered */
+    unsigned covered;        /* bit p: cov[p] holds one */
     fa_device_stats st __attribute__((aligned(64))); /* written under `lock`, read without it */
 } devstate;
 
@@ -86,6 +89,9 @@ void fa_dev_sync_stats(devstate *d);
 int fa_dev_thread_device(const fa_cudart *rt);
 /* The thread's device if the pool can serve it (< FA_MAX_DEVICES), else -1. */
 int fa_dev_current_device(const fa_cudart *rt);
+/* The device stream s belongs to (-1 if unknown); s must not be capturing
+ * (asking then invalidates the capture). */
+int fa_dev_stream_device(const fa_cudart *rt, fa_cuda_stream s);
 /* The thread's device, when its pool is ready; -1 otherwise. */
 int fa_dev_pool_device(const fa_cudart *rt);
 /* cudaMalloc, and cudaFree (or with `async` cudaFreeAsync on stream s),
@@ -120,20 +126,26 @@ void fa_capture_fork_child(void);
  * from the pool once this many blocks wait in quarantine (see quarantine.c). */
 #define FA_QUARANTINE_MAX_BLOCKS 1024
 
-/* A synchronisation's epoch in the pool of one generation (see devstate). */
-typedef struct fa_epoch {
-    uint32_t epoch;
-    unsigned generation;
-} fa_epoch;
-/* A device synchronisation is starting: if d has quarantined blocks, true
- * and *e, the epoch whose blocks it will make safe to reuse. */
-bool fa_quar_begin(devstate *d, fa_epoch *e);
-/* The synchronisation begun at e succeeded, after `waited` ns (0: not
- * timed): release its blocks. */
-void fa_quar_end(devstate *d, fa_epoch e, uint64_t waited);
-/* Synchronise device `dev` and free what was quarantined before.  False if
- * there was nothing to free, a capture is running, or the sync failed.
- * Leaves the thread's last error and device as they were. */
+/* A synchronisation of one device: the epoch it covers in each pool the
+ * device reaches (of the pool's generation then). */
+typedef struct fa_sync_mark {
+    uint32_t epoch[FA_MAX_DEVICES];
+    unsigned generation[FA_MAX_DEVICES];
+    unsigned pools; /* bit d: pool d is marked */
+} fa_sync_mark;
+/* Device p's synchronisation is starting: marks every pool p reaches;
+ * true if one of them has quarantined blocks. */
+bool fa_quar_begin(int p, fa_sync_mark *m);
+/* It succeeded, after `waited` ns (0: not timed): each marked pool's
+ * blocks that every device of its reach has now covered are free. */
+void fa_quar_end(int p, const fa_sync_mark *m, uint64_t waited);
+/* Device dev's streams freed pool d's blocks (cudaFreeAsync): dev joins
+ * the devices d's quarantine waits for. */
+void fa_quar_reach_add(devstate *d, int dev);
+/* Synchronise every device that reaches pool d (of device `dev`) and free
+ * what was quarantined before.  False if there was nothing to free, a
+ * capture is running, or a sync failed.  Leaves the thread's last error
+ * and device as they were. */
 bool fa_quar_sync(const fa_cudart *rt, devstate *d, int dev);
 /* cudaDeviceSynchronize on the thread's current device, timed and counted
  * in d's stats. */
@@ -193,6 +205,8 @@ typedef struct fa_vmctx {
 } fa_vmctx;
 /* The callbacks vmpool.c calls, with a fa_vmctx. */
 extern const fa_vm_driver fa_pieces_driver;
+/* Unmap and release every piece of v, free its address space, forget it. */
+void fa_pieces_teardown(fa_vmctx *x, fa_vm *v);
 /* Reserve the address space of device dev's piece pool: false (and one
  * info line) where the driver cannot, and the chunk pool serves. */
 bool fa_pieces_reserve(const fa_cudart *rt, devstate *d, int dev);

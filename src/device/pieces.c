@@ -86,6 +86,15 @@ static int vm_set_access(void *c, uintptr_t addr, size_t bytes)
 
 const fa_vm_driver fa_pieces_driver = {vm_create, vm_release, vm_map, vm_unmap, vm_set_access};
 
+void fa_pieces_teardown(fa_vmctx *x, fa_vm *v)
+{
+    if (x->drv) {
+        fa_vm_release_all(v, &fa_pieces_driver, x);
+        x->drv->cuMemAddressFree((fa_cu_ptr)v->base, 2 * v->zone);
+    }
+    fa_vm_destroy(v);
+}
+
 /* Driver calls need the device's context current on the calling thread:
  * cudaSetDevice makes it so (once per thread and device). */
 static __thread unsigned bound_devices;

@@ -21,6 +21,9 @@
 
 static int failures;
 static void sleep_s(double s);
+static cudaStream_t cc_stream; /* the capture another thread begins (cc_hook, cc_check) */
+static void cc_hook(void);
+static void cc_check(const char *what);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
@@ -655,6 +658,80 @@ static int capture_reset(void)
     return failures;
 }
 
+/* Two devices whose queues drain separately: a block of device 0 that
+ * device 1's queued work still writes (peer access, or a copy queued on
+ * device 1's stream that then freed it with cudaFreeAsync) leaves the
+ * quarantine only once device 1 caught up too, whatever device 0 did:
+ * the next block of device 0 keeps what is written to it.  The copy part
+ * runs on the chunk pool only: device 1 cannot reach device 0's mapped
+ * pieces without peer access (the stand-in counts it a fault). */
+static bool reused_intact(int how)
+{
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned char *a = dmalloc(2 * MiB);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    cudaStream_t s1;
+    CHECK(cudaStreamCreateWithFlags(&s1, 1 /* non-blocking */) == cudaSuccess);
+    static unsigned char host[2 * MiB];
+    memset(host, 0x11, sizeof host);
+    if (how == 0) {
+        CHECK(fakecuda_enqueue_fill(s1, a, 0x11, 2 * MiB) == cudaSuccess); /* a kernel of device 1 writing a */
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+        CHECK(cudaFree(a) == cudaSuccess);
+    } else {
+        CHECK(cudaMemcpyAsync(a, host, 2 * MiB, cudaMemcpyHostToDevice, s1) == cudaSuccess);
+        CHECK(cudaFreeAsync(a, s1) == cudaSuccess); /* ordered after the copy on s1 */
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+    }
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* device 0 only */
+    unsigned char *b = dmalloc(2 * MiB);
+    if (b)
+        memset(b, 0x22, 2 * MiB);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* device 1's work lands */
+    bool intact = b && b[0] == 0x22 && b[2 * MiB - 1] == 0x22;
+    printf("%s reused %d intact %d\n", how == 0 ? "peer_write" : "async_free", (int)(b == a), (int)intact);
+    CHECK(cudaStreamDestroy(s1) == cudaSuccess);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(b && cudaFree(b) == cudaSuccess);
+    CHECK(fakecuda_faults(1) == 0);
+    return intact;
+}
+
+static int twodev_quarantine(void)
+{
+    if (!vmm_expected())
+        CHECK(reused_intact(1));
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaDeviceEnablePeerAccess(0, 0) == cudaSuccess); /* device 1 may reach device 0's memory */
+    CHECK(reused_intact(0));
+    return failures;
+}
+
+/* cudaDeviceReset of device 0 while another thread captures on device 1:
+ * the pool cannot synchronise first (the capture forbids it), and its
+ * pieces must stay mapped until the reset has let the queued work land:
+ * no fault, and the capture ends valid.  Run with two devices. */
+static int reset_capture(void)
+{
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&cc_stream, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned char *a = dmalloc(4 * MiB);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fill(s, a, 0x33, 4 * MiB) == cudaSuccess);
+    cc_hook(); /* another thread begins a global capture on device 1's stream */
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    printf("faults %lu\n", fakecuda_faults(0));
+    CHECK(fakecuda_faults(0) == 0);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    cc_check("reset");
+    void *b = dmalloc(MiB); /* a new pool */
+    CHECK(b != NULL && cudaFree(b) == cudaSuccess);
+    return failures;
+}
+
 static int reset(void)
 {
     void *a = dmalloc(MiB);
@@ -1023,7 +1100,6 @@ static int capture_room(void)
  * the call must neither be refused nor invalidate it, as the program's
  * calls, made before the capture began, would not.  Run with a 128 MiB
  * pool on a 256 MiB device. */
-static cudaStream_t cc_stream;
 static int cc_hooked, cc_begun, cc_end; /* the hook ran; the capture began; its end is asked for */
 static cudaError_t cc_begin_rc, cc_end_rc;
 
@@ -1923,6 +1999,10 @@ int main(int argc, char **argv)
         return errors() ? 1 : 0;
     if (strcmp(mode, "capture") == 0)
         return capture() ? 1 : 0;
+    if (strcmp(mode, "twodev_quarantine") == 0)
+        return twodev_quarantine() ? 1 : 0;
+    if (strcmp(mode, "reset_capture") == 0)
+        return reset_capture() ? 1 : 0;
     if (strcmp(mode, "idle_helper") == 0)
         return idle_helper() ? 1 : 0;
     if (strcmp(mode, "thread_retry") == 0)
@@ -1968,7 +2048,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
-                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

@@ -133,6 +133,23 @@ def case_twodev():
        "captures on both devices through one's reset: no use of the streams it destroyed")
 
 
+def case_twodev_quarantine():
+    """Two devices whose queues drain separately: a block of device 0 still written by device 1's queued work
+    (peer access; a copy on device 1's stream that freed it with cudaFreeAsync) is not handed out again before
+    device 1 caught up, whatever device 0 synchronised."""
+    r = ok(run(["twodev_quarantine"], FAKECUDA_DEVICES="2", FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="64M"),
+           "two devices' quarantine")
+    print(r.stdout.strip())
+
+
+def case_reset_capture():
+    """cudaDeviceReset while another thread captures on another device: the pool's pieces stay mapped until the
+    queued work landed (no fault), and the capture ends valid."""
+    r = ok(run(["reset_capture"], FAKECUDA_DEVICES="2", FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="64M"),
+           "reset during another thread's capture")
+    print(r.stdout.strip())
+
+
 def case_reset():
     ok(run(["reset"]), "cudaDeviceReset")
 
