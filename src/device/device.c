@@ -261,7 +261,16 @@ static void ensure_pool(const fa_cudart *rt, devstate *d, int dev)
         kind = KIND_VMM;
     else if (target && chunks_reserve(rt, d, dev, target))
         kind = KIND_CHUNKS;
+    fa_cuda_stream probe = NULL; /* for asking about a sticky error (errors.c) */
+    if (kind != KIND_NONE && rt->cudaStreamCreateWithFlags) {
+        fa_cuda_error before = fa_err_peek(rt);
+        if (rt->cudaStreamCreateWithFlags(&probe, FA_CUDA_STREAM_NON_BLOCKING) != 0)
+            probe = NULL;
+        fa_err_absorb(rt, before);
+    }
     pthread_mutex_lock(&d->lock);
+    d->probe = probe;
+    __atomic_store_n(&d->sticky, 0, __ATOMIC_RELAXED);
     if (kind == KIND_VMM) {
         d->target = target;
         __atomic_store_n(&d->vm_bytes, 2 * d->vm.zone, __ATOMIC_RELEASE);
@@ -311,6 +320,11 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
     if (n > 0 && fa_capture_may_serve(rt)) {
         ensure_pool(rt, d, dev);
         int kind = fa_dev_state(d) == READY ? fa_dev_kind(d) : KIND_NONE;
+        fa_cuda_error sticky = kind != KIND_NONE ? fa_err_sticky(rt, d) : 0;
+        if (sticky) { /* the runtime's cudaMalloc returns it, the last error left as it was */
+            ST_ADD(d, failed_allocs, 1);
+            return sticky;
+        }
         if (kind == KIND_VMM && fa_grow_vm_alloc(rt, d, dev, n, out))
             return 0;
         /* The chunk pool grows back to its size (chunks it gave back)
@@ -326,13 +340,17 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
 
 /* ---- free -------------------------------------------------------------------------- */
 
-/* Quarantine p if a pool owns it: FA_VM_FREED / FA_VM_BAD_POINTER, or
- * FA_VM_NOT_OURS.  from: the device of the stream a cudaFreeAsync named
- * (-1: cudaFree), which the quarantine then waits for too.  *full: the
- * device whose quarantine reached FA_QUARANTINE_MAX_BLOCKS with this free,
- * and no sync for it is under way (-1: none); the caller syncs it, then
- * calls fa_quar_bound_done. */
-static int pool_free(uintptr_t p, int from, int *full)
+/* The owning pool's context has a sticky error: nothing is freed. */
+#define POOL_STICKY 3
+
+/* Quarantine p if a pool owns it: FA_VM_FREED / FA_VM_BAD_POINTER,
+ * POOL_STICKY (*owner: the pool's device), or FA_VM_NOT_OURS.  from: the
+ * device of the stream a cudaFreeAsync named (-1: cudaFree), which the
+ * quarantine then waits for too.  *full: the device whose quarantine
+ * reached FA_QUARANTINE_MAX_BLOCKS with this free, and no sync for it is
+ * under way (-1: none); the caller syncs it, then calls
+ * fa_quar_bound_done. */
+static int pool_free(uintptr_t p, int from, int *full, int *owner)
 {
     *full = -1;
     for (int dev = 0; dev < FA_MAX_DEVICES; dev++) {
@@ -347,7 +365,11 @@ static int pool_free(uintptr_t p, int from, int *full)
         int res = FA_VM_NOT_OURS;
         bool ask = false; /* the background has something to give back */
         pthread_mutex_lock(&d->lock);
-        if (d->state == READY && d->kind == KIND_VMM) {
+        if (__atomic_load_n(&d->sticky, __ATOMIC_RELAXED) && d->state == READY &&
+            (d->kind == KIND_VMM ? fa_vm_contains(&d->vm, p) : fa_pool_owns(&d->pool, p))) {
+            res = POOL_STICKY;
+            *owner = dev;
+        } else if (d->state == READY && d->kind == KIND_VMM) {
             res = fa_vm_free(&d->vm, p, &taken, &requested);
             uint32_t q = d->vm.quarantined_blocks;
             if (res == FA_VM_FREED && q >= FA_QUARANTINE_MAX_BLOCKS && q >= d->bound_retry && !d->bound_sync) {
@@ -410,10 +432,14 @@ static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*as
         if (r != 0)
             return r;
     }
-    int full;
-    int res = pool_free((uintptr_t)p, from, &full);
+    int full, owner = -1;
+    int res = pool_free((uintptr_t)p, from, &full, &owner);
     if (full >= 0) /* leaves no error behind, succeeds or not */
         fa_quar_bound_done(&fa_devs[full], fa_quar_sync(rt, &fa_devs[full], full));
+    if (res == POOL_STICKY) { /* the runtime's cudaFree returns it and leaves it as the last error */
+        fa_err_raise_sticky(rt, &fa_devs[owner]);
+        return __atomic_load_n(&fa_devs[owner].sticky, __ATOMIC_RELAXED);
+    }
     /* Inside the pool but not a live block: the driver must never see it,
      * it would free a chunk or refuse. */
     if (res != FA_VM_NOT_OURS)
@@ -431,6 +457,7 @@ static fa_cuda_error free_block(const fa_cudart *rt, void *p, fa_cuda_error (*as
     }
     devstate *d = &fa_devs[dev];
     fa_cuda_error r = fa_dev_drv_free(rt, d, p, async, s);
+    fa_err_note(rt, dev, r);
     if (r != 0) {
         fa_dev_track(p, dev, size);
         return r;
@@ -522,6 +549,8 @@ fa_cuda_error fa_device_reset(void)
     }
     d->fallback_bytes = 0;
     d->bound_retry = 0; /* the new pool's quarantine starts empty (bound_sync is its syncing thread's) */
+    d->probe = NULL;    /* destroyed with the device's streams */
+    __atomic_store_n(&d->sticky, 0, __ATOMIC_RELAXED); /* a new context is asked afresh */
     d->generation++;
     __atomic_store_n(&d->kind, KIND_NONE, __ATOMIC_RELEASE);
     __atomic_store_n(&d->state, RESETTING, __ATOMIC_RELEASE);
@@ -650,6 +679,8 @@ void fa_device_fork_child(void)
         d->vm_base = d->vm_bytes = 0;
         d->target = d->fallback_bytes = d->last_grow_ms = 0;
         d->peers = d->reach_async = d->covered = 0;
+        d->probe = NULL;
+        d->sticky = 0;
         d->used = 0;
         d->bound_sync = false; /* its syncing thread was the parent's */
         d->bound_retry = 0;

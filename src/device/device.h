@@ -56,7 +56,13 @@ typedef struct fa_device_room {
 } fa_device_room;
 fa_device_room fa_device_room_begin(void);
 bool fa_device_room_make(fa_device_room *room);
-void fa_device_room_end(fa_device_room *room);
+/* r: what the last try returned. */
+void fa_device_room_end(fa_device_room *room, fa_cuda_error r);
+
+/* An error the runtime returned to the program (a call passed through, or
+ * the thread's last error it read), returned unchanged: a sticky one makes
+ * the pool's own answers for that device the same error. */
+fa_cuda_error fa_device_error_seen(fa_cuda_error e);
 
 /* Calls counted and passed through unchanged. */
 void fa_device_count(enum fa_cuda_pt which);

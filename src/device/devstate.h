@@ -47,6 +47,8 @@ typedef struct __attribute__((aligned(64))) devstate {
     uint64_t grow_ns;        /* spent creating and moving pieces since the last sync */
     uint64_t piece_ns;       /* what a piece created or moved costs (running mean; 0: none yet) */
     uint64_t sync_ns;        /* what a sync that freed the quarantine cost (running mean; 0: none yet) */
+    fa_cuda_stream probe;    /* a stream of the pool's own, for asking about a sticky error (NULL: none) */
+    fa_cuda_error sticky;    /* the context's sticky error once known (0: none known); read atomically */
     int used;                /* some cudaMalloc/cudaFree reached this device */
     unsigned generation;     /* resets so far: a pool is the same pool only within one */
     bool bound_sync;         /* a sync for FA_QUARANTINE_MAX_BLOCKS is under way (pool_free) */
@@ -186,7 +188,30 @@ bool fa_meminfo_beyond(const fa_cudart *rt, size_t n, uint64_t reach);
  * driver's. */
 fa_cuda_error fa_room_driver_alloc(const fa_cudart *rt, devstate *d, int dev, void **out, size_t n);
 
-/* ---- errors.c: refusals as the runtime makes them ------------------------------------- */
+/* ---- errors.c: refusals as the runtime makes them, sticky errors ------------------------ */
+
+/* A pool-served call asks the runtime about a sticky error at a thread's
+ * first call and once in this many after it (fa_err_sticky); in between
+ * it knows what the calls the shim sees or makes have returned. */
+#define FA_STICKY_EVERY 64
+extern __thread unsigned fa_err_calls __attribute__((tls_model("initial-exec")));
+/* Pre: d is ready.  Asks the runtime now (d's lock taken inside). */
+fa_cuda_error fa_err_sticky_ask(const fa_cudart *rt, devstate *d);
+/* The sticky error of pool d's context (0: none known), as a pool-served
+ * call must return it. */
+static inline fa_cuda_error fa_err_sticky(const fa_cudart *rt, devstate *d)
+{
+    fa_cuda_error e = __atomic_load_n(&d->sticky, __ATOMIC_RELAXED);
+    if (e || fa_err_calls++ % FA_STICKY_EVERY) /* a thread's first call asks */
+        return e;
+    return fa_err_sticky_ask(rt, d);
+}
+/* A runtime call for device dev returned e: a sticky error sticks to its
+ * pool (dev -1: the thread's device). */
+void fa_err_note(const fa_cudart *rt, int dev, fa_cuda_error e);
+/* Leave pool d's sticky error as the thread's last error, as the
+ * runtime's calls that return it do. */
+void fa_err_raise_sticky(const fa_cudart *rt, devstate *d);
 
 /* A pointer inside the pool that is no live block: cudaErrorInvalidValue,
  * left as the last error. */

@@ -1,4 +1,7 @@
-/* errors.c - the pool answers with the runtime's errors.  A free the
+/* errors.c - the pool answers with the runtime's errors.  After a sticky
+ * error (an illegal address in a kernel: the context is unusable, every
+ * call that needs it returns the error) a pool-served cudaMalloc or
+ * cudaFree returns it too, as the runtime's would.  A free the
  * runtime would refuse for a cudaMalloc block is refused alike, with its
  * error, and the block stays allocated: cudaFree during a stream capture
  * where the capture mode prohibits it, cudaFreeAsync on a stream the
@@ -67,3 +70,66 @@ fa_cuda_error fa_err_async_free_refused(const fa_cudart *rt, fa_cuda_stream s, b
  * are the runtime's own, not the pool's guess at them.  No other call is
  * made (nor a synchronisation, which a capture forbids). */
 fa_cuda_error fa_err_free_refused(const fa_cudart *rt) { return rt->cudaFree ? rt->cudaFree(NULL) : 0; }
+
+/* ---- sticky errors -------------------------------------------------------------------------
+ * On an H200 (CUDA 13.0) after a kernel's illegal address, cudaMalloc
+ * returned 700 without setting the thread's last error, cudaFree,
+ * cudaMemGetInfo, cudaDeviceSynchronize, cudaStreamIsCapturing and others
+ * returned it and set it; cudaGetDevice, cudaSetDevice, the capture-mode
+ * exchange and the virtual-memory calls still returned 0.  The thread's
+ * last error is no test (a new thread's is 0, cudaGetLastError clears
+ * it): the pool asks cudaStreamIsCapturing about a stream of its own
+ * (90 ns on that GPU, legal during captures), once in FA_STICKY_EVERY of
+ * its calls per thread, and notes what the calls the shim makes or passes
+ * on return. */
+
+__thread unsigned fa_err_calls __attribute__((tls_model("initial-exec")));
+
+static void note(devstate *d, fa_cuda_error e)
+{
+    fa_cuda_error none = 0;
+    __atomic_compare_exchange_n(&d->sticky, &none, e, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+fa_cuda_error fa_err_sticky_ask(const fa_cudart *rt, devstate *d)
+{
+    if (!rt->cudaStreamIsCapturing)
+        return 0;
+    fa_cuda_error before = fa_err_peek(rt), r = 0;
+    fa_cuda_capture_status status;
+    pthread_mutex_lock(&d->lock); /* a reset destroys the stream: it clears probe under the lock first */
+    if (d->state == READY && d->probe)
+        r = rt->cudaStreamIsCapturing(d->probe, &status);
+    pthread_mutex_unlock(&d->lock);
+    fa_err_absorb(rt, before); /* cudaMalloc leaves the last error as it was */
+    if (!fa_cuda_sticky(r))
+        return 0;
+    note(d, r);
+    return r;
+}
+
+void fa_err_note(const fa_cudart *rt, int dev, fa_cuda_error e)
+{
+    if (!fa_cuda_sticky(e))
+        return;
+    if (dev < 0)
+        dev = fa_dev_current_device(rt);
+    if (dev >= 0)
+        note(&fa_devs[dev], e);
+}
+
+fa_cuda_error fa_device_error_seen(fa_cuda_error e)
+{
+    if (fa_cuda_sticky(e))
+        fa_err_note(fa_cudart_get(), -1, e);
+    return e;
+}
+
+void fa_err_raise_sticky(const fa_cudart *rt, devstate *d)
+{
+    fa_cuda_capture_status status;
+    pthread_mutex_lock(&d->lock);
+    if (rt->cudaStreamIsCapturing && d->probe)
+        rt->cudaStreamIsCapturing(d->probe, &status); /* fails with it, and sets it */
+    pthread_mutex_unlock(&d->lock);
+}

@@ -42,6 +42,7 @@ fa_cuda_error fa_device_mem_get_info(size_t *free_b, size_t *total_b)
     if (!rt->cudaMemGetInfo)
         return FA_CUDA_ERROR_INITIALIZATION;
     fa_cuda_error r = rt->cudaMemGetInfo(free_b, total_b);
+    fa_err_note(rt, -1, r);
     int dev = r == 0 && free_b && total_b ? fa_dev_current_device(rt) : -1;
     if (dev >= 0) {
         devstate *d = &fa_devs[dev];

@@ -33,6 +33,19 @@ FA_EXPORT fa_cuda_error cudaDeviceEnablePeerAccess(int peer, unsigned flags)
     return fa_device_enable_peer_access(peer, flags);
 }
 
+/* Read for a sticky error (an illegal address in a kernel): after one the
+ * pool's cudaMalloc and cudaFree return it too, as the runtime's do. */
+FA_EXPORT fa_cuda_error cudaGetLastError(void)
+{
+    const fa_cudart *rt = fa_device_runtime("cudaGetLastError");
+    return rt->cudaGetLastError ? fa_device_error_seen(rt->cudaGetLastError()) : FA_CUDA_ERROR_INITIALIZATION;
+}
+FA_EXPORT fa_cuda_error cudaPeekAtLastError(void)
+{
+    const fa_cudart *rt = fa_device_runtime("cudaPeekAtLastError");
+    return rt->cudaPeekAtLastError ? fa_device_error_seen(rt->cudaPeekAtLastError()) : FA_CUDA_ERROR_INITIALIZATION;
+}
+
 /* Counted, then passed to the runtime unchanged. */
 #define FA_PASS(counter, name, params, args)                                  \
     FA_EXPORT fa_cuda_error name params                                       \
@@ -60,7 +73,7 @@ FA_PASS(FA_PT_cudaFreeHost, cudaFreeHost, (void *p), (p))
         while ((r = rt->name args) == FA_CUDA_ERROR_MEMORY_ALLOCATION &&      \
                fa_device_room_make(&room))                                    \
             ;                                                                 \
-        fa_device_room_end(&room);                                            \
+        fa_device_room_end(&room, r);                                         \
         return r;                                                             \
     }
 FA_PASS_DEVICE(FA_PT_cudaMallocAsync, cudaMallocAsync, (void **p, size_t n, fa_cuda_stream s), (p, n, s))

@@ -97,7 +97,7 @@ void fa_pieces_teardown(fa_vmctx *x, fa_vm *v)
 
 /* Driver calls need the device's context current on the calling thread:
  * cudaSetDevice makes it so (once per thread and device). */
-static __thread unsigned bound_devices;
+static __thread unsigned bound_devices __attribute__((tls_model("initial-exec")));
 
 void fa_pieces_bind(const fa_cudart *rt, int dev)
 {

@@ -117,6 +117,7 @@ fa_cuda_error fa_quar_drv_sync(const fa_cudart *rt, devstate *d)
     fa_cuda_error r = rt->cudaDeviceSynchronize();
     ST_ADD(d, driver_ns, fa_dev_now_ns() - t0);
     ST_ADD(d, device_syncs, 1);
+    fa_err_note(rt, -1, r);
     return r;
 }
 
@@ -186,5 +187,6 @@ fa_cuda_error fa_device_synchronize(void)
     fa_cuda_error r = rt->cudaDeviceSynchronize();
     if (r == 0 && any)
         fa_quar_end(dev, &m, 0);
+    fa_err_note(rt, dev, r);
     return r;
 }

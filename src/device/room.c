@@ -43,6 +43,7 @@ fa_cuda_error fa_room_driver_alloc(const fa_cudart *rt, devstate *d, int dev, vo
         fa_cudart_unrelax(rt, mode);
     if (pooled)
         return 0; /* counted by the pool */
+    fa_err_note(rt, dev, r);
     if (r == 0 && *out && !fa_dev_track(*out, dev, n))
         fa_debug("no memory to track a driver allocation; its cudaFree will not be counted");
     pthread_mutex_lock(&d->lock);
@@ -63,10 +64,11 @@ fa_device_room fa_device_room_begin(void)
     return room;
 }
 
-void fa_device_room_end(fa_device_room *room)
+void fa_device_room_end(fa_device_room *room, fa_cuda_error r)
 {
     if (room->relaxed)
         fa_cudart_unrelax(fa_cudart_get(), (fa_cudart_mode){room->mode, true});
+    fa_device_error_seen(r);
 }
 
 bool fa_device_room_make(fa_device_room *room)

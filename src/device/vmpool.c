@@ -266,9 +266,9 @@ static void cache_put(fa_vm *v, uint32_t u)
 
 static uintptr_t unit_addr(const fa_vm *v, uint32_t u) { return v->small.base + ((uintptr_t)u << FA_VM_UNIT_SHIFT); }
 
-/* A cached block of exactly `units` (the first few of its order): one
- * whose granules are all backed if there is one (idle pieces given back
- * leave others without), else the first. */
+/* A cached block of exactly `units` (the first few of its order): the
+ * first whose first granule is backed (idle pieces given back leave some
+ * without; the usual first one has its pieces), else the first. */
 static bool cache_take(fa_vm *v, uint32_t units, uint32_t *out)
 {
     uint32_t *link = &v->cache[fa_ceil_log2(units)], *pick = NULL;
@@ -277,7 +277,7 @@ static bool cache_take(fa_vm *v, uint32_t units, uint32_t *out)
         if (v->small.u[u].units == units) {
             if (!pick)
                 pick = link;
-            if (backed(v, unit_addr(v, u), fa_buddy_alloc_bytes(&v->small, u))) {
+            if (v->gran_piece[gran_of(v, unit_addr(v, u))]) {
                 pick = link;
                 break;
             }

@@ -873,6 +873,70 @@ static int refuse_capture(void)
     return failures;
 }
 
+/* ---- sticky errors ------------------------------------------------------------------------------- */
+
+/* After a kernel's illegal address the runtime's cudaMalloc and cudaFree
+ * return cudaErrorIllegalAddress (sticky: every call that needs the
+ * context does); the pool's answers are the same: at once once the
+ * program read the error, at a thread's first call, and within 64 calls
+ * otherwise.  cudaMalloc leaves the last error as it was, cudaFree sets
+ * it, a block whose cudaFree failed stays allocated. */
+static void *sticky_thread(void *arg)
+{
+    void *p = NULL;
+    *(cudaError_t *)arg = cudaMalloc(&p, MiB);
+    return NULL;
+}
+
+static int sticky(void)
+{
+    void *a = dmalloc(MiB), *b = dmalloc(MiB), *p = NULL;
+    CHECK(cudaFree(b) == cudaSuccess);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fault(s) == cudaSuccess);
+    /* A call the shim does not see meets it; the program does not read
+     * the last error: the pool finds out within 64 of this thread's calls. */
+    CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
+    int served = 0;
+    cudaError_t r = cudaSuccess;
+    while (served < 64 && (r = cudaMalloc(&p, MiB)) == cudaSuccess)
+        served++;
+    printf("served_after_fault %d then %d\n", served, (int)r);
+    CHECK(r == cudaErrorIllegalAddress);
+    cudaError_t other = cudaSuccess;
+    pthread_t t; /* another thread: at its first call */
+    CHECK(pthread_create(&t, NULL, sticky_thread, &other) == 0);
+    pthread_join(t, NULL);
+    CHECK(other == cudaErrorIllegalAddress);
+    CHECK(cudaPeekAtLastError() == cudaErrorIllegalAddress); /* the stream sync's */
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    CHECK(cudaMalloc(&p, MiB) == cudaErrorIllegalAddress);
+    CHECK(cudaPeekAtLastError() == cudaSuccess); /* left as it was */
+    uint64_t frees = stat_of("device.0.frees");
+    CHECK(cudaFree(a) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    CHECK(stat_of("device.0.frees") == frees); /* not freed */
+    return failures;
+}
+
+/* The program reads the error through cudaGetLastError right after the
+ * fault (as PyTorch does after each launch): the pool's next answer is
+ * the error already. */
+static int sticky_read(void)
+{
+    void *a = dmalloc(MiB), *p = NULL;
+    CHECK(cudaFree(a) == cudaSuccess);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fault(s) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    CHECK(cudaMalloc(&p, MiB) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    return failures;
+}
+
 /* ---- stream capture ------------------------------------------------------------------------------ */
 
 static int capture(void)
@@ -2007,6 +2071,10 @@ int main(int argc, char **argv)
         return idle_helper() ? 1 : 0;
     if (strcmp(mode, "thread_retry") == 0)
         return thread_retry() ? 1 : 0;
+    if (strcmp(mode, "sticky") == 0)
+        return sticky() ? 1 : 0;
+    if (strcmp(mode, "sticky_read") == 0)
+        return sticky_read() ? 1 : 0;
     if (strcmp(mode, "refuse_capture") == 0)
         return refuse_capture() ? 1 : 0;
     if (strcmp(mode, "capture_room") == 0)
@@ -2048,7 +2116,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
-                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|sticky|sticky_read|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

@@ -256,6 +256,18 @@ FAKECUDA_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, vo
  * failure sets the thread's last error, as a failed kernel launch does. */
 FAKECUDA_API int fakecuda_enqueue_fill(cudaStream_t s, void *dst, int byte, size_t len);
 
+/* Queue on stream s a "kernel" that faults with an illegal address when
+ * the stream's work lands: from then on the context of the stream's
+ * device is in a sticky error (cudaErrorIllegalAddress), as on a GPU:
+ * the call that lands it and every later call that needs the context
+ * return the error (cudaMalloc without making it the thread's last error),
+ * except those a GPU still answered (cudaGetDevice, cudaSetDevice,
+ * cudaGetDeviceCount, cudaThreadExchangeStreamCaptureMode,
+ * cudaPointerGetAttributes, the error and version queries, the driver
+ * lookups and virtual-memory calls) and cudaDeviceReset, which does not
+ * end it.  Returns as fakecuda_enqueue_fill does. */
+FAKECUDA_API int fakecuda_enqueue_fault(cudaStream_t s);
+
 /* Calls made to the runtime function called fn (e.g. "cudaMalloc"), 0 for
  * an unknown name; and setting every counter back to 0. */
 FAKECUDA_API unsigned long fakecuda_calls(const char *fn);

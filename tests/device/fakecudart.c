@@ -17,10 +17,12 @@
  *   FAKECUDA_SYNC_DELAY_MS=N (0..60000) makes cudaDeviceSynchronize wait N ms, lock not held, before the device's
  *   work lands (a GPU with that much work queued); fakecuda_set_sync_error makes it fail; FAKECUDA_VM_US=N
  *   (0..60000) makes cuMemCreate, cuMemMap and cuMemSetAccess take N microseconds each, lock not held (on an
- *   H100 they took 13-22, 1-2 and 30-60).
+ *   H100 they took 13-22, 1-2 and 30-60); sticky errors (fakecuda_enqueue_fault: after a kernel's illegal address
+ *   every call that needs the context returns it, as on an H200).
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
- *   event timing, sticky errors, per-thread default streams (they are the legacy stream), managed-memory migration.
+ *   event timing, per-thread default streams (they are the legacy stream), managed-memory migration, the first
+ *   cudaGetLastError after a sticky error leaving it set once more (seen on an H200).
  * Internal code never calls an exported function: a shim interposing one sees exactly the program's calls. */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -46,7 +48,7 @@
 /* ---- state ----------------------------------------------------------------- */
 
 /* One queued operation on a stream. */
-enum op_kind { OP_FILL, OP_COPY, OP_EVENT, OP_FREE };
+enum op_kind { OP_FILL, OP_COPY, OP_EVENT, OP_FREE, OP_FAULT };
 struct op {
     struct op *next;
     uint64_t seq; /* issue order, process-wide */
@@ -107,6 +109,7 @@ struct device {
     struct CUstream_st legacy;
     unsigned peers;        /* bit p: cudaDeviceEnablePeerAccess(p) was called with this device current */
     unsigned long faults;  /* queued work that landed on memory the device cannot reach */
+    cudaError_t sticky;    /* the context's sticky error (fakecuda_enqueue_fault), 0: none */
 };
 
 /* The driver's virtual-memory API.  A physical piece (cuMemCreate) is only
@@ -382,9 +385,47 @@ static int needs_driver(enum fc_fn fn)
     }
 }
 
+/* After a sticky error of its context (fakecuda_enqueue_fault), every
+ * call that needs the context returns that error; these still answered
+ * on an H200 with CUDA 13.0 (and the virtual-memory calls and lookups,
+ * which need none): */
+static int sticky_spares(enum fc_fn fn)
+{
+    switch (fn) {
+    case FN_cudaGetDevice:
+    case FN_cudaSetDevice:
+    case FN_cudaGetDeviceCount:
+    case FN_cudaThreadExchangeStreamCaptureMode:
+    case FN_cudaPointerGetAttributes:
+    case FN_cudaDeviceReset:
+    case FN_cudaGetDriverEntryPoint:
+    case FN_cudaGetDriverEntryPointByVersion:
+    case FN_cuDeviceGetAttribute:
+    case FN_cuMemGetAllocationGranularity:
+    case FN_cuMemAddressReserve:
+    case FN_cuMemAddressFree:
+    case FN_cuMemCreate:
+    case FN_cuMemRelease:
+    case FN_cuMemMap:
+    case FN_cuMemUnmap:
+    case FN_cuMemSetAccess:
+    case FN_cuMemGetAddressRange:
+        return 1;
+    default:
+        return !needs_driver(fn);
+    }
+}
+
+/* The sticky error a call of fn meets now on the thread's device, or 0. */
+static cudaError_t sticky_for(enum fc_fn fn)
+{
+    return g.ndev && !sticky_spares(fn) ? g.dev[tl_device].sticky : cudaSuccess;
+}
+
 /* Count the call and take the lock.  Returns cudaErrorInitializationError
  * for a driver call in a child forked after the parent used the driver (as
- * CUDA does: it cannot be used across fork), else cudaSuccess. */
+ * CUDA does: it cannot be used across fork), the context's sticky error
+ * where the call meets it, else cudaSuccess. */
 static cudaError_t enter_counted(enum fc_fn fn)
 {
     lock();
@@ -393,7 +434,7 @@ static cudaError_t enter_counted(enum fc_fn fn)
     if (g.forked_child)
         return cudaErrorInitializationError;
     __atomic_store_n(&g.driver_used, 1, __ATOMIC_RELAXED);
-    return cudaSuccess;
+    return sticky_for(fn);
 }
 
 /* fakecuda_set_entry_hook: run on the thread of the next call of its
@@ -459,6 +500,11 @@ __attribute__((constructor)) static void register_fork_handlers(void)
  * (cudaErrorNotReady is a status, not an error), unlock, return rc. */
 static cudaError_t vleave(enum fc_fn fn, cudaError_t rc, int record, const char *fmt, va_list ap)
 {
+    if (!rc && needs_driver(fn) && !g.forked_child)
+        rc = sticky_for(fn); /* the call itself landed the fault */
+    /* cudaMalloc returns a sticky error without making it the last error */
+    if (fn == FN_cudaMalloc && rc && rc == sticky_for(fn))
+        record = 0;
     if (record && rc != cudaSuccess && rc != cudaErrorNotReady)
         tl_last_error = rc;
     if (g.trace) {
@@ -901,6 +947,10 @@ static void apply(struct op *o)
         break; /* a marker: events wait for it */
     case OP_FREE:
         release_alloc(o->target);
+        break;
+    case OP_FAULT: /* a kernel's illegal address: the context is unusable from now on */
+        if (!g.dev[o->device].sticky)
+            g.dev[o->device].sticky = cudaErrorIllegalAddress;
         break;
     }
 }
@@ -2436,10 +2486,30 @@ FAKECUDA_API cudaError_t cudaDriverGetVersion(int *driverVersion)
 
 /* ---- test hooks ------------------------------------------------------------------------- */
 
+FAKECUDA_API int fakecuda_enqueue_fault(cudaStream_t h)
+{
+    lock();
+    struct CUstream_st *s;
+    cudaError_t rc = g.forked_child ? cudaErrorInitializationError : sticky_for(FN_cudaMalloc);
+    if (!rc)
+        rc = resolve_stream(h, &s);
+    if (!rc) {
+        const struct op o = {.kind = OP_FAULT};
+        uint64_t seq;
+        rc = enqueue(s, h, &o, &seq);
+    }
+    if (rc)
+        tl_last_error = rc;
+    unlock();
+    return rc;
+}
+
 FAKECUDA_API int fakecuda_enqueue_fill(cudaStream_t s, void *dst, int byte, size_t len)
 {
     lock();
-    cudaError_t rc = g.forked_child ? cudaErrorInitializationError : do_enqueue_fill(s, dst, byte, len);
+    cudaError_t rc = g.forked_child ? cudaErrorInitializationError : sticky_for(FN_cudaMalloc);
+    if (!rc)
+        rc = do_enqueue_fill(s, dst, byte, len);
     if (rc)
         tl_last_error = rc;
     unlock();

@@ -192,6 +192,15 @@ def case_refuse_capture():
     ok(run(["refuse_capture"]), "refusal during a capture")
 
 
+def case_sticky():
+    """After a kernel's illegal address (sticky: the runtime's cudaMalloc and cudaFree return it), the pool's
+    cudaMalloc and cudaFree return cudaErrorIllegalAddress too: within 64 calls of a thread that never read it, at
+    once at another thread's first call and after the program read it with cudaGetLastError."""
+    r = ok(run(["sticky"]), "sticky error")
+    print(r.stdout.strip())
+    ok(run(["sticky_read"]), "sticky error read by the program")
+
+
 def case_capture_free():
     """cudaFree of pool blocks during a stream capture: refused where the runtime refuses cudaFree (the capture
     invalidated, the block kept), quarantined where it allows it."""

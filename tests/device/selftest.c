@@ -1225,6 +1225,68 @@ static int delay_child(void)
     return 0;
 }
 
+/* A kernel's illegal address (fakecuda_enqueue_fault) makes the context's
+ * error sticky, as on an H200 with CUDA 13.0; another device goes on. */
+static void *sticky_new_thread(void *arg)
+{
+    int *rc = arg;
+    void *p;
+    rc[0] = cudaPeekAtLastError(); /* a new thread has no last error... */
+    rc[1] = cudaMalloc(&p, 512);   /* ...and meets the sticky one */
+    return NULL;
+}
+
+static int sticky_child(void)
+{
+    cudaStream_t s;
+    void *p, *q;
+    size_t f, t;
+    int st;
+    OK(cudaMalloc(&p, 4096));
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OK(fakecuda_enqueue_fault(s));
+    OK(cudaMalloc(&q, 512)); /* not landed yet */
+    EXPECT(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    EXPECT(cudaPeekAtLastError(), cudaErrorIllegalAddress);
+    EXPECT(cudaGetLastError(), cudaErrorIllegalAddress);
+    OK(cudaPeekAtLastError());
+    EXPECT(cudaMalloc(&q, 512), cudaErrorIllegalAddress);
+    OK(cudaPeekAtLastError()); /* cudaMalloc leaves the last error as it was */
+    EXPECT(cudaFree(p), cudaErrorIllegalAddress);
+    EXPECT(cudaPeekAtLastError(), cudaErrorIllegalAddress);
+    CLEAR_ERROR();
+    EXPECT(cudaFree(NULL), cudaErrorIllegalAddress);
+    EXPECT(cudaMemGetInfo(&f, &t), cudaErrorIllegalAddress);
+    EXPECT(cudaStreamIsCapturing(s, &st), cudaErrorIllegalAddress);
+    EXPECT(cudaStreamQuery(s), cudaErrorIllegalAddress);
+    EXPECT(fakecuda_enqueue_fill(s, p, 1, 16), cudaErrorIllegalAddress);
+    int d = -1, mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaGetDevice(&d));
+    OK(cudaSetDevice(0));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    fa_cu_result (*create)(fa_cu_handle *, size_t, const fa_cu_alloc_prop *, unsigned long long) = NULL;
+    fa_cu_result (*release)(fa_cu_handle) = NULL;
+    OK(cudaGetDriverEntryPoint("cuMemCreate", (void **)&create, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuMemRelease", (void **)&release, 0, NULL));
+    fa_cu_alloc_prop prop = {.type = FA_CU_ALLOCATION_TYPE_PINNED, .location = {FA_CU_LOCATION_TYPE_DEVICE, 0}};
+    fa_cu_handle h;
+    CHECK(create(&h, 2 * MiB, &prop, 0) == 0 && release(h) == 0, "the virtual-memory calls still answer");
+    int rc[2] = {-1, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, sticky_new_thread, rc);
+    pthread_join(th, NULL);
+    CHECK(rc[0] == cudaSuccess && rc[1] == cudaErrorIllegalAddress, "a new thread: peek %d, cudaMalloc %d", rc[0],
+          rc[1]);
+    OK(cudaSetDevice(1)); /* another context */
+    OK(cudaMalloc(&q, 512));
+    OK(cudaFree(q));
+    OK(cudaSetDevice(0));
+    OK(cudaDeviceReset());
+    EXPECT(cudaMalloc(&q, 512), cudaErrorIllegalAddress); /* a reset does not end it */
+    return 0;
+}
+
 /* What a child does; returns its exit status. */
 static int child(const char *mode)
 {
@@ -1258,6 +1320,8 @@ static int child(const char *mode)
     }
     if (strcmp(mode, "delay") == 0)
         return delay_child();
+    if (strcmp(mode, "sticky") == 0)
+        return sticky_child();
     if (strcmp(mode, "sizes") == 0) { /* FAKECUDA_DEVICES=3 FAKECUDA_MEM=1024K FAKECUDA_MEM_2=5000 */
         size_t f, t0, t2;
         if (cudaGetDeviceCount(&n) || n != 3 || cudaMemGetInfo(&f, &t0) || cudaSetDevice(2) ||
@@ -1348,6 +1412,8 @@ static void test_environment(void)
     CHECK(st == 0 && err[0] == 0, "FAKECUDA_DELAY_MS: calls take effect at once and return late: status %d: %s", st,
           err);
 
+    st = run_child("sticky", (const char *const[]){"FAKECUDA_DEVICES=2", NULL}, err, sizeof err);
+    CHECK(st == 0 && err[0] == 0, "sticky errors: status %d: %s", st, err);
     st = run_child("forkfresh", (const char *const[]){NULL}, err, sizeof err);
     CHECK(st == 0 && err[0] == 0, "a child forked before the driver was used can use it: status %d: %s", st, err);
 
