@@ -11,6 +11,7 @@
 #define FA_CUDA_ABI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef FA_CUDA_ABI_CHECK
 /* The check build takes the real types from the toolkit. */
@@ -154,6 +155,8 @@ typedef CUmemAccessDesc fa_cu_access_desc;
 typedef CUdevice_attribute fa_cu_attr;
 typedef CUmemAllocationGranularity_flags fa_cu_gran_flags;
 typedef CUmemAccess_flags fa_cu_access_flags;
+typedef cuuint64_t fa_cu_u64;
+typedef CUdriverProcAddressQueryResult fa_cu_proc_status;
 #else
 typedef int fa_cu_result;                /* CUresult */
 typedef unsigned long long fa_cu_ptr;    /* CUdeviceptr (64-bit) */
@@ -161,6 +164,8 @@ typedef unsigned long long fa_cu_handle; /* CUmemGenericAllocationHandle */
 typedef int fa_cu_attr;                  /* CUdevice_attribute */
 typedef int fa_cu_gran_flags;            /* CUmemAllocationGranularity_flags */
 typedef int fa_cu_access_flags;          /* CUmemAccess_flags */
+typedef uint64_t fa_cu_u64;              /* cuuint64_t */
+typedef int fa_cu_proc_status;           /* CUdriverProcAddressQueryResult */
 typedef struct fa_cu_location {
     int type; /* CUmemLocationType */
     int id;
@@ -188,6 +193,7 @@ _Static_assert(sizeof(fa_cu_alloc_prop) == 32 && sizeof(fa_cu_access_desc) == 12
 #define FA_CU_SUCCESS 0                /* CUDA_SUCCESS */
 #define FA_CU_ERROR_OUT_OF_MEMORY 2    /* CUDA_ERROR_OUT_OF_MEMORY */
 #define FA_CU_ATTR_VMM_SUPPORTED 102   /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+#define FA_CU_ATTR_GDR_VMM_SUPPORTED 110 /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED */
 #define FA_CU_ALLOCATION_TYPE_PINNED 1 /* CU_MEM_ALLOCATION_TYPE_PINNED */
 #define FA_CU_LOCATION_TYPE_DEVICE 1   /* CU_MEM_LOCATION_TYPE_DEVICE */
 #define FA_CU_ACCESS_READWRITE 3       /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE */
@@ -200,6 +206,7 @@ _Static_assert(sizeof(fa_cu_alloc_prop) == 32 && sizeof(fa_cu_access_desc) == 12
 _Static_assert(FA_CU_SUCCESS == CUDA_SUCCESS, "CUDA_SUCCESS");
 _Static_assert(FA_CU_ERROR_OUT_OF_MEMORY == CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY");
 _Static_assert(FA_CU_ATTR_VMM_SUPPORTED == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, "VMM attribute");
+_Static_assert(FA_CU_ATTR_GDR_VMM_SUPPORTED == CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, "GDR attr");
 _Static_assert(FA_CU_ALLOCATION_TYPE_PINNED == CU_MEM_ALLOCATION_TYPE_PINNED, "pinned");
 _Static_assert(FA_CU_LOCATION_TYPE_DEVICE == CU_MEM_LOCATION_TYPE_DEVICE, "location device");
 _Static_assert(FA_CU_ACCESS_READWRITE == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "read-write");

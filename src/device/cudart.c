@@ -81,6 +81,8 @@ const fa_cudart *fa_cudart_get(void)
     return &rt;
 }
 
+void *fa_cudart_next(const char *name) { return dlsym(RTLD_NEXT, name); }
+
 /* A fork while another thread copied: the child's lock starts free. */
 void fa_cudart_fork_child(void) { pthread_mutex_init(&lock, NULL); }
 

@@ -65,6 +65,10 @@ typedef struct fa_cudart_mode {
 fa_cudart_mode fa_cudart_relax(const fa_cudart *rt);
 void fa_cudart_unrelax(const fa_cudart *rt, fa_cudart_mode m);
 
+/* The definition of `name` that the dynamic linker finds after ours (the
+ * driver's, for a driver function the program calls by name), or NULL. */
+void *fa_cudart_next(const char *name);
+
 /* Pre: rt has found a runtime.  Looked up once; NULL when any function is
  * missing (an old runtime or driver).  A failed lookup leaves the calling
  * thread's last error as it was. */

@@ -317,6 +317,7 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
     devstate *d = &fa_devs[dev];
     if (!__atomic_load_n(&d->used, __ATOMIC_RELAXED))
         __atomic_store_n(&d->used, 1, __ATOMIC_RELAXED);
+    bool captured = fa_capturing(); /* as the call entered */
     if (n > 0 && fa_capture_may_serve(rt)) {
         ensure_pool(rt, d, dev);
         int kind = fa_dev_state(d) == READY ? fa_dev_kind(d) : KIND_NONE;
@@ -335,7 +336,7 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
              (fa_quar_sync(rt, d, dev) && fa_dev_pool_alloc(d, dev, n, out))))
             return 0;
     }
-    return fa_room_driver_alloc(rt, d, dev, out, n);
+    return fa_room_driver_alloc(rt, d, dev, out, n, !captured && fa_capturing());
 }
 
 /* ---- free -------------------------------------------------------------------------- */

@@ -49,6 +49,7 @@ void fa_device_set_waker(bool (*wake)(void));
  * capture mode: the runtime allowed the call (it answered out of memory),
  * and a capture begun since must not be invalidated by its repetition. */
 typedef struct fa_device_room {
+    int dev;              /* the device whose pool makes room (-1: the thread's) */
     fa_cuda_error before; /* the thread's last error before the call */
     bool synced;
     bool relaxed;              /* the thread is in relaxed mode for the retries */
@@ -58,6 +59,24 @@ fa_device_room fa_device_room_begin(void);
 bool fa_device_room_make(fa_device_room *room);
 /* r: what the last try returned. */
 void fa_device_room_end(fa_device_room *room, fa_cuda_error r);
+
+/* The driver API's allocations (cuMemAlloc, its _v2 ABI; cuMemCreate;
+ * cuMemAllocAsync and its per-thread-stream variant), called by name or
+ * through a function pointer the program looked up: the driver's answer,
+ * after the pool gave back what it holds idle and the call was retried
+ * where the driver was out of memory (CUDA_ERROR_OUT_OF_MEMORY). */
+fa_cu_result fa_device_cu_mem_alloc(fa_cu_ptr *p, size_t n);
+fa_cu_result fa_device_cu_mem_create(fa_cu_handle *h, size_t n, const fa_cu_alloc_prop *prop, unsigned long long flags);
+fa_cu_result fa_device_cu_mem_alloc_async(fa_cu_ptr *p, size_t n, fa_cuda_stream s, bool ptsz);
+/* cuGetProcAddress_v2 as the program called it by name. */
+fa_cu_result fa_device_cu_get_proc_address(const char *sym, void **fn, int version, fa_cu_u64 flags,
+                                           fa_cu_proc_status *st);
+/* A driver function a lookup found for the program (cuGetProcAddress,
+ * cudaGetDriverEntryPoint[ByVersion]): for the allocations above (and
+ * cuGetProcAddress itself), the pool's function in its place, ABI and
+ * stream variant kept (version: the CUDA version asked for, 0: the
+ * runtime's own; flags: the lookup's). */
+void *fa_device_driver_function(const char *sym, void *fn, int version, unsigned long long flags);
 
 /* An error the runtime returned to the program (a call passed through, or
  * the thread's last error it read), returned unchanged: a sticky one makes

@@ -48,6 +48,7 @@ typedef struct __attribute__((aligned(64))) devstate {
     uint64_t piece_ns;       /* what a piece created or moved costs (running mean; 0: none yet) */
     uint64_t sync_ns;        /* what a sync that freed the quarantine cost (running mean; 0: none yet) */
     fa_cuda_stream probe;    /* a stream of the pool's own, for asking about a sticky error (NULL: none) */
+    bool rdma;               /* pieces are created GPUDirect RDMA capable (the device supports it) */
     fa_cuda_error sticky;    /* the context's sticky error once known (0: none known); read atomically */
     int used;                /* some cudaMalloc/cudaFree reached this device */
     unsigned generation;     /* resets so far: a pool is the same pool only within one */
@@ -185,8 +186,8 @@ bool fa_meminfo_beyond(const fa_cudart *rt, size_t n, uint64_t reach);
 
 /* The driver serves the request; if it is out of memory, the pool gives
  * back what it can and the request is retried.  The last answer is the
- * driver's. */
-fa_cuda_error fa_room_driver_alloc(const fa_cudart *rt, devstate *d, int dev, void **out, size_t n);
+ * driver's.  late: a capture began after the program's call entered. */
+fa_cuda_error fa_room_driver_alloc(const fa_cudart *rt, devstate *d, int dev, void **out, size_t n, bool late);
 
 /* ---- errors.c: refusals as the runtime makes them, sticky errors ------------------------ */
 

@@ -34,15 +34,16 @@ void fa_grow_freed(void) { want_background(); }
 void fa_device_set_waker(bool (*wake)(void)) { __atomic_store_n(&waker, wake, __ATOMIC_RELEASE); }
 
 /* Pre: d->lock held, d a ready piece pool.  One try at n bytes: calls says
- * whether driver calls are allowed (growing included); what creating and
- * moving pieces took is counted (grow_ns, piece_ns). */
-static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
+ * whether driver calls are allowed (idle pieces moved), create whether new
+ * pieces may be made too; what creating and moving pieces took is counted
+ * (grow_ns, piece_ns). */
+static fa_vm_result vm_try(devstate *d, int dev, size_t n, bool calls, bool create, void **out)
 {
     fa_vmctx x = {calls ? fa_cudrv_get(fa_cudart_get()) : NULL, d, dev};
     uintptr_t a = 0;
     unsigned created = 0;
     uint64_t stolen = d->vm.stolen, t0 = calls ? fa_dev_now_ns() : 0;
-    fa_vm_result r = fa_vm_alloc(&d->vm, n, calls, calls && x.drv ? &fa_pieces_driver : NULL, &x, &a, &created);
+    fa_vm_result r = fa_vm_alloc(&d->vm, n, create, calls && x.drv ? &fa_pieces_driver : NULL, &x, &a, &created);
     uint64_t moved = d->vm.stolen - stolen;
     ST_ADD(d, pieces_reused, moved);
     if (created + moved) {
@@ -57,11 +58,11 @@ static bool vm_try(devstate *d, int dev, size_t n, bool calls, void **out)
         d->last_grow_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
         want_background();
     }
-    if (r != FA_VM_OK)
-        return false;
-    ST_ADD(d, pool_allocs, 1);
-    *out = (void *)a;
-    return true;
+    if (r == FA_VM_OK) {
+        ST_ADD(d, pool_allocs, 1);
+        *out = (void *)a;
+    }
+    return r;
 }
 
 uint32_t fa_grow_release_idle(devstate *d, int dev, uint64_t keep, bool small_too)
@@ -97,10 +98,16 @@ static bool sync_pays(const devstate *d, size_t n)
 /* Ready memory, else (when a sync is the cheaper way: sync_pays) the
  * quarantined blocks after a synchronisation, else idle pieces moved and
  * new ones created, else every idle piece released and created again (the
- * driver ran short), else the same after a synchronisation.  During a
- * stream capture all but the synchronisations: the virtual-memory calls
- * neither are refused nor invalidate a capture, in any mode and from any
- * thread (an H200 with CUDA 13.0). */
+ * driver ran short), else the same after a synchronisation.
+ *  - During a stream capture: ready memory and idle pieces moved only (the
+ *    virtual-memory calls neither are refused nor invalidate a capture, in
+ *    any mode and from any thread, on an H200 with CUDA 13.0), no sync.
+ *    Pieces created then would wait in quarantine until the capture ends,
+ *    while a block from the driver goes back at its cudaFree: the driver
+ *    serves, and gets the idle pieces when it runs short (room.c).
+ *  - Out of address space (no place for the block, however much memory):
+ *    releasing idle pieces does not help, a sync only where freed blocks
+ *    hold address space of the block's zone. */
 bool fa_grow_vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void **out)
 {
     bool waited = false;    /* the sync chosen over growing was made */
@@ -113,24 +120,25 @@ bool fa_grow_vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void 
             pthread_mutex_unlock(&d->lock);
             return false;
         }
-        bool ok = vm_try(d, dev, n, false, out); /* ready memory: no driver call */
-        bool wait = !ok && syncs && !waited && sync_pays(d, n);
+        fa_vm_result r = vm_try(d, dev, n, false, false, out); /* ready memory: no driver call */
+        bool wait = r == FA_VM_NO_MEMORY && syncs && !waited && sync_pays(d, n);
         bool hopeless = false;
-        if (!ok && !wait) {
-            ok = vm_try(d, dev, n, true, out);
-            hopeless = !ok && fa_meminfo_beyond(rt, n, fa_meminfo_reach(d));
-            if (!ok && !hopeless) {
+        if (r == FA_VM_NO_MEMORY && !wait) {
+            r = vm_try(d, dev, n, true, syncs, out);
+            hopeless = r == FA_VM_NO_MEMORY && fa_meminfo_beyond(rt, n, fa_meminfo_reach(d));
+            if (r == FA_VM_NO_MEMORY && !hopeless && syncs) {
                 /* A small block moves idle 2 MiB pieces itself; releasing
                  * them helps only a large one, or once freed blocks are back. */
                 uint32_t released = fa_grow_release_idle(d, dev, 0, n >= FA_VM_LARGE_MIN || last_sync);
                 ST_ADD(d, pieces_released, released);
-                ok = released && vm_try(d, dev, n, true, out);
+                if (released)
+                    r = vm_try(d, dev, n, true, true, out);
             }
         }
-        bool quarantined = d->vm.quarantined > 0 && !hopeless;
+        bool quarantined = r == FA_VM_NO_SPACE ? fa_vm_zone_quarantined(&d->vm, n) : d->vm.quarantined > 0 && !hopeless;
         fa_dev_sync_stats(d);
         pthread_mutex_unlock(&d->lock);
-        if (ok)
+        if (r == FA_VM_OK)
             return true;
         if (wait) {
             waited = true; /* whatever it gave, growing comes next */

@@ -23,6 +23,7 @@ static int vm_create(void *c, size_t bytes, uint64_t *handle)
     prop.type = FA_CU_ALLOCATION_TYPE_PINNED;
     prop.location.type = FA_CU_LOCATION_TYPE_DEVICE;
     prop.location.id = x->dev;
+    prop.allocFlags.gpuDirectRDMACapable = x->d->rdma; /* as cudaMalloc memory is, where the device can */
     fa_cu_handle h = 0;
     uint64_t t0 = fa_dev_now_ns();
     int r = x->drv->cuMemCreate(&h, bytes, &prop, 0);
@@ -140,6 +141,8 @@ bool fa_pieces_reserve(const fa_cudart *rt, devstate *d, int dev)
         drv->cuMemAddressFree(base, 2 * fa_vm_zone_for(t));
         why = "no memory for the pool's tables";
     }
+    int rdma = 0; /* UCX and NCCL register pool memory for GPUDirect RDMA as they do cudaMalloc's */
+    d->rdma = !why && drv->cuDeviceGetAttribute(&rdma, FA_CU_ATTR_GDR_VMM_SUPPORTED, dev) == 0 && rdma == 1;
     fa_err_absorb(rt, before);
     if (why) {
         fa_info("device %d: chunk pool, not physical pieces: %s", dev, why);

@@ -544,6 +544,8 @@ void fa_vm_release_all(fa_vm *v, const fa_vm_driver *drv, void *ctx)
             piece_drop(v, i, drv, ctx, true);
 }
 
+bool fa_vm_zone_quarantined(const fa_vm *v, size_t n) { return v->q_head[n >= FA_VM_LARGE_MIN] != FA_VM_NIL; }
+
 size_t fa_vm_largest_free(const fa_vm *v)
 {
     /* Cached blocks are not counted: conservative until they merge. */

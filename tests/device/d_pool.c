@@ -956,11 +956,11 @@ static int capture(void)
     void *c = NULL;
     CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess);
     CHECK(stat_of("device.0.pool_allocs") == 3 && stat_of("device.0.fallback_allocs") == 0);
-    /* The pool is full and does not sync during a capture: the piece pool
-     * grows (the virtual-memory calls are allowed during one), the chunk
-     * pool, which holds no more than its size, leaves it to the driver
-     * (full after it either way). */
-    uint64_t fallback = vmm() ? 0 : 1;
+    /* The pool is full and neither syncs nor grows during a capture (what
+     * it grew would wait in quarantine until the capture ends, where the
+     * driver's block goes back at its cudaFree): the driver serves (and is
+     * full after it). */
+    uint64_t fallback = 1;
     void *x = NULL;
     CHECK(cudaMalloc(&x, 32 * MiB) == cudaSuccess);
     CHECK(stat_of("device.0.fallback_allocs") == fallback);
@@ -971,7 +971,7 @@ static int capture(void)
     /* After the capture the pool syncs again when it must. */
     CHECK(cudaFree(c) == cudaSuccess);
     void *d = dmalloc(32 * MiB);
-    CHECK(stat_of("device.0.device_syncs") == 2 && stat_of("device.0.pool_allocs") == 5 - fallback);
+    CHECK(stat_of("device.0.device_syncs") == 2 && stat_of("device.0.pool_allocs") == 4);
     cudaStreamDestroy(s);
     /* A capture that ends with its stream destroyed, not with
      * cudaStreamEndCapture: the pool syncs again when it must. */
@@ -1232,6 +1232,70 @@ static int capture_calls(void)
     cc_check("grow");
     CHECK(b != NULL && cudaFree(b) == cudaSuccess);
     CHECK(cudaStreamDestroy(cc_stream) == cudaSuccess);
+    return failures;
+}
+
+/* ---- the driver API's allocations ------------------------------------------------------------------ */
+
+/* 512 MiB of 2 MiB blocks allocated and freed, then a sync: the pool holds
+ * that much idle (run with a 512 MiB pool on a 1 GiB device). */
+static void fill_pool(void)
+{
+    static void *p[256];
+    for (int i = 0; i < 256; i++)
+        p[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < 256; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+/* Memory the pool holds idle, which cudaMemGetInfo counts free, serves
+ * the driver API's allocations as it would without the pool: called by
+ * name (libcuda.so.1), or through cuGetProcAddress,
+ * cudaGetDriverEntryPoint[ByVersion]; each is the driver's answer after
+ * the pool gave back. */
+static int driver_api(void)
+{
+    fa_cu_ptr p = 0;
+    fill_pool();
+    CHECK(cuMemAlloc_v2(&p, 600 * MiB) == 0);
+    CHECK(cuMemFree_v2(p) == 0);
+    fill_pool();
+    uint64_t creates = 0; /* where the device supports the virtual-memory calls */
+    if (vmm_expected()) {
+        fa_cu_alloc_prop prop = {.type = FA_CU_ALLOCATION_TYPE_PINNED, .location = {FA_CU_LOCATION_TYPE_DEVICE, 0}};
+        fa_cu_handle h = 0;
+        CHECK(cuMemCreate(&h, 600 * MiB, &prop, 0) == 0);
+        CHECK(cuMemRelease(h) == 0);
+        fill_pool();
+        fa_cu_result (*create)(fa_cu_handle *, size_t, const fa_cu_alloc_prop *, unsigned long long) = NULL;
+        CHECK(cudaGetDriverEntryPoint("cuMemCreate", (void **)&create, 0, NULL) == cudaSuccess && create);
+        CHECK(create && create(&h, 600 * MiB, &prop, 0) == 0);
+        CHECK(cuMemRelease(h) == 0);
+        fill_pool();
+        creates = 2;
+    }
+    fa_cu_result (*async)(fa_cu_ptr *, size_t, cudaStream_t) = NULL;
+    fa_cu_proc_status st = 1;
+    CHECK(cuGetProcAddress_v2("cuMemAllocAsync", (void **)&async, 12000, 0, &st) == 0 && async && st == 0);
+    CHECK(async && async(&p, 600 * MiB, NULL) == 0);
+    CHECK(cuMemFree_v2(p) == 0);
+    fill_pool();
+    fa_cu_result (*alloc)(fa_cu_ptr *, size_t) = NULL;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", (void **)&alloc, 12000, 0, NULL) == cudaSuccess && alloc);
+    CHECK(alloc && alloc(&p, 600 * MiB) == 0);
+    CHECK(cuMemFree_v2(p) == 0);
+    /* Beyond the device: the driver's own error. */
+    CHECK(cuMemAlloc_v2(&p, 2048 * MiB) == 2 /* CUDA_ERROR_OUT_OF_MEMORY */);
+    CHECK(cudaGetLastError() == cudaSuccess); /* the driver API leaves the runtime's last error */
+    printf("counted cuMemAlloc %llu cuMemCreate %llu cuMemAllocAsync %llu\n",
+           (unsigned long long)stat_of("device.passthrough.cuMemAlloc"),
+           (unsigned long long)stat_of("device.passthrough.cuMemCreate"),
+           (unsigned long long)stat_of("device.passthrough.cuMemAllocAsync"));
+    CHECK(stat_of("device.passthrough.cuMemAlloc") == 3 && stat_of("device.passthrough.cuMemCreate") == creates &&
+          stat_of("device.passthrough.cuMemAllocAsync") == 1);
+    void *a = dmalloc(MiB); /* the pool serves again */
+    CHECK(a != NULL && cudaFree(a) == cudaSuccess);
     return failures;
 }
 
@@ -1935,7 +1999,11 @@ static void *race_pairs_thread(void *arg)
     CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     while (!__atomic_load_n(&race_done, __ATOMIC_ACQUIRE)) {
         void *p = NULL;
-        CHECK(cudaMalloc(&p, 20 * MiB) == cudaSuccess && cudaFree(p) == cudaSuccess);
+        cudaError_t m = cudaMalloc(&p, 20 * MiB), f = m ? cudaSuccess : cudaFree(p);
+        if (m || f)
+            fprintf(stderr, "d_pool: pair %lu: cudaMalloc %d cudaFree %d pool_bytes %llu\n", *pairs, (int)m, (int)f,
+                    (unsigned long long)stat_of("device.0.pool_bytes"));
+        CHECK(m == cudaSuccess && f == cudaSuccess);
         ++*pairs;
     }
     return NULL;
@@ -1993,6 +2061,60 @@ static int capture_race(int n)
     printf("captures %d invalidated %d pairs %lu syncs %llu\n", n, invalidated, pairs,
            (unsigned long long)stat_of("device.0.device_syncs"));
     CHECK(invalidated == 0);
+    return failures;
+}
+
+/* ---- out of address space ----------------------------------------------------------------------------- */
+
+/* A block the pool's address space cannot place is not one the driver
+ * cannot serve: it goes to the driver without the pool releasing its idle
+ * pieces or synchronising (neither gives address space, the freed block
+ * waiting lies in the other zone).  The device grows past what its pool's
+ * address space was reserved for: run with FAKECUDA_MEM=256M (512 MiB
+ * zones) and a 128 MiB pool. */
+static int no_space(void)
+{
+    void *p[10], *large[4];
+    for (int i = 0; i < 10; i++)
+        p[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < 10; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* idle pieces */
+    fakecuda_set_capacity(0, (size_t)4 << 30);
+    void *q = dmalloc(MiB);
+    CHECK(cudaFree(q) == cudaSuccess); /* waiting in quarantine */
+    for (int i = 0; i < 4; i++) /* 70 MiB blocks take 128 MiB of address space each */
+        large[i] = dmalloc(70 * MiB);
+    uint64_t syncs = stat_of("device.0.device_syncs"), released = stat_of("device.0.pieces_released");
+    uint64_t idle = stat_of("device.0.pieces_idle");
+    void *e = dmalloc(70 * MiB); /* no place left for it */
+    printf("fallback %llu syncs %llu released %llu idle_pieces %llu (before %llu)\n",
+           (unsigned long long)stat_of("device.0.fallback_allocs"),
+           (unsigned long long)(stat_of("device.0.device_syncs") - syncs),
+           (unsigned long long)(stat_of("device.0.pieces_released") - released),
+           (unsigned long long)stat_of("device.0.pieces_idle"), (unsigned long long)idle);
+    CHECK(e != NULL && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.device_syncs") == syncs && stat_of("device.0.pieces_released") == released);
+    CHECK(stat_of("device.0.pieces_idle") == idle);
+    CHECK(cudaFree(e) == cudaSuccess);
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaFree(large[i]) == cudaSuccess);
+    return failures;
+}
+
+/* ---- GPUDirect RDMA ----------------------------------------------------------------------------------- */
+
+/* UCX and NCCL register device memory for GPUDirect RDMA: a pool block can
+ * be, as a cudaMalloc block can, where the device supports it with mapped
+ * memory (FAKECUDA_GDR=1, the stand-in's default); where it does not, the
+ * pool still works (pieces created without the flag). */
+static int rdma(bool supported)
+{
+    void *a = dmalloc(2 * MiB), *b = dmalloc(100 * MiB);
+    CHECK(a && b);
+    printf("rdma_capable %d %d\n", fakecuda_rdma_capable(a), fakecuda_rdma_capable(b));
+    CHECK(fakecuda_rdma_capable(a) == (int)supported && fakecuda_rdma_capable(b) == (int)supported);
+    CHECK(cudaFree(a) == cudaSuccess && cudaFree(b) == cudaSuccess);
     return failures;
 }
 
@@ -2071,6 +2193,12 @@ int main(int argc, char **argv)
         return idle_helper() ? 1 : 0;
     if (strcmp(mode, "thread_retry") == 0)
         return thread_retry() ? 1 : 0;
+    if (strcmp(mode, "no_space") == 0)
+        return no_space() ? 1 : 0;
+    if (strcmp(mode, "rdma") == 0)
+        return rdma(argc > 2 && strcmp(argv[2], "1") == 0) ? 1 : 0;
+    if (strcmp(mode, "driver_api") == 0)
+        return driver_api() ? 1 : 0;
     if (strcmp(mode, "sticky") == 0)
         return sticky() ? 1 : 0;
     if (strcmp(mode, "sticky_read") == 0)
@@ -2116,7 +2244,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
-                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|sticky|sticky_read|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|sticky|sticky_read|driver_api|rdma 0|1|no_space|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

@@ -10,7 +10,8 @@
  *   while a blocking stream captures is refused with cudaErrorStreamCaptureImplicit; destroyed streams (handles never reused, calls naming them counted: fakecuda_stale_stream_uses); pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
  *   child fail, as in CUDA); peer access to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap,
  *   ...: see "virtual memory" below) and cuMemGetAddressRange, reached only through
- *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
+ *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it, FAKECUDA_GDR=0 none
+ *   for GPUDirect RDMA with it (pieces asked to be RDMA capable are refused then),
  *   FAKECUDA_VMM=noentry makes the entry points find nothing; FAKECUDA_DELAY_MS=N (0..60000) makes cudaMalloc,
  *   cuMemCreate and cuMemAddressReserve slow: each takes effect (and is counted) at once and returns N ms later,
  *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits;
@@ -127,6 +128,7 @@ struct vm_piece {
     size_t size;
     int maps;     /* mappings of it */
     int released; /* cuMemRelease was called: freed when the last mapping goes */
+    int rdma;     /* created GPUDirect RDMA capable (allocFlags.gpuDirectRDMACapable) */
 };
 struct vm_reservation {
     struct vm_reservation *next;
@@ -162,6 +164,7 @@ static struct {
     unsigned delay_ms;         /* FAKECUDA_DELAY_MS */
     unsigned sync_delay_ms;    /* FAKECUDA_SYNC_DELAY_MS */
     unsigned vm_us;            /* FAKECUDA_VM_US */
+    int gdr;                   /* FAKECUDA_GDR: GPUDirect RDMA with the virtual-memory API (default 1) */
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
     unsigned busy_sync_ms;     /* fakecuda_set_busy_sync_ms */
     void (*entry_hook)(void);       /* fakecuda_set_entry_hook */
@@ -335,6 +338,13 @@ static void init_locked(void)
         else if (strcmp(e, "1") != 0)
             say("fakecuda: ignoring FAKECUDA_VMM=%s (want 1, 0 or noentry)", e);
     }
+    g.gdr = 1;
+    if ((e = getenv("FAKECUDA_GDR"))) {
+        if (strcmp(e, "0") == 0 || strcmp(e, "1") == 0)
+            g.gdr = *e == '1';
+        else
+            say("fakecuda: ignoring FAKECUDA_GDR=%s (want 1 or 0)", e);
+    }
     env_ms("FAKECUDA_DELAY_MS", &g.delay_ms);
     env_ms("FAKECUDA_SYNC_DELAY_MS", &g.sync_delay_ms);
     env_ms("FAKECUDA_VM_US", &g.vm_us);
@@ -410,6 +420,7 @@ static int sticky_spares(enum fc_fn fn)
     case FN_cuMemUnmap:
     case FN_cuMemSetAccess:
     case FN_cuMemGetAddressRange:
+    case FN_cuGetProcAddress:
         return 1;
     default:
         return !needs_driver(fn);
@@ -898,7 +909,6 @@ static cudaError_t enqueue(struct CUstream_st *s, cudaStream_t h, const struct o
 }
 
 static void land_stream(struct CUstream_st *s, uint64_t upto);
-static void vm_reset_device(int dev);
 
 /* Before an operation issued at seq on s runs, the real device finishes the
  * work it implicitly waits for: an operation on the legacy stream waits for
@@ -1220,9 +1230,11 @@ static cudaError_t do_device_reset(void)
         forget_frees_on(s, dev);
     for (int i = 0; i < g.ndev; i++)
         forget_frees_on(&g.dev[i].legacy, dev);
+    /* Physical pieces (cuMemCreate) and their mappings belong to no
+     * context: cuda.h says a context's destruction leaves them, to be
+     * released explicitly. */
     while (d->allocs)
         release_alloc(d->allocs);
-    vm_reset_device(dev);
     if (d->base)
         madvise(d->base, d->mapped, MADV_DONTNEED);
     return cudaSuccess;
@@ -1791,13 +1803,15 @@ static int whole_mappings(const char *va, size_t n)
     return n ? count : -1;
 }
 
+/* The device attributes the stand-in knows: virtual-memory support, and
+ * GPUDirect RDMA with it (an H200 reports 1). */
 static int do_cu_get_attribute(int *v, fa_cu_attr a, int dev)
 {
     if (dev < 0 || dev >= g.ndev)
         return CU_INVALID_DEVICE;
-    if (!v || a != FA_CU_ATTR_VMM_SUPPORTED)
+    if (!v || (a != FA_CU_ATTR_VMM_SUPPORTED && a != FA_CU_ATTR_GDR_VMM_SUPPORTED))
         return CU_INVALID;
-    *v = g.vmm == 1;
+    *v = g.vmm == 1 && (a == FA_CU_ATTR_VMM_SUPPORTED || g.gdr);
     return CU_OK;
 }
 
@@ -1869,7 +1883,7 @@ static int do_cu_create(fa_cu_handle *h, size_t size, const fa_cu_alloc_prop *p,
 {
     if (!h || !prop_ok(p) || !size || !granular(size) || flags)
         return CU_INVALID;
-    if (!vmm_ok(p->location.id))
+    if (!vmm_ok(p->location.id) || (p->allocFlags.gpuDirectRDMACapable && !g.gdr))
         return CU_NOT_SUPPORTED;
     struct device *d = &g.dev[p->location.id];
     if (d->used > d->capacity || size > d->capacity - d->used)
@@ -1881,6 +1895,7 @@ static int do_cu_create(fa_cu_handle *h, size_t size, const fa_cu_alloc_prop *p,
     }
     pc->device = p->location.id;
     pc->size = size;
+    pc->rdma = p->allocFlags.gpuDirectRDMACapable != 0;
     pc->next = g.pieces;
     if (g.pieces)
         g.pieces->prev = pc;
@@ -2002,24 +2017,6 @@ static int do_cu_address_range(fa_cu_ptr *base, size_t *size, fa_cu_ptr ptr)
     if (size)
         *size = a ? a->size : m->size;
     return CU_OK;
-}
-
-/* A device reset frees the device's physical pieces and their mappings;
- * reserved address space stays. */
-static void vm_reset_device(int dev)
-{
-    for (struct vm_mapping *m = g.mappings, *next; m; m = next) {
-        next = m->next;
-        if (m->piece->device == dev) {
-            m->piece->released = 1;
-            unmap_one(m);
-        }
-    }
-    for (struct vm_piece *pc = g.pieces, *next; pc; pc = next) {
-        next = pc->next;
-        if (pc->device == dev)
-            piece_free(pc);
-    }
 }
 
 static cudaError_t do_enable_peer_access(int peer, unsigned flags)
@@ -2589,6 +2586,15 @@ FAKECUDA_API int fakecuda_device_of(const void *p)
 
 /* ---- the driver functions (reached through the entry points only) ------------------------ */
 
+/* The driver's code for a runtime error the implementations return (the
+ * two numberings agree for these). */
+static int cu_result(cudaError_t e)
+{
+    return e == cudaErrorMemoryAllocation ? CU_OOM : e == cudaErrorInitializationError ? 3 : (int)e;
+}
+
+static cudaError_t entry_point(const char *sym, void **fn, fa_cuda_entry_status *st);
+
 #define FC_DRIVER(name, params, call, fmt, ...)                              \
     static fa_cu_result fc_##name params                                     \
     {                                                                        \
@@ -2616,6 +2622,13 @@ FC_DRIVER(cuMemSetAccess, (fa_cu_ptr p, size_t size, const fa_cu_access_desc *d,
           do_cu_set_access(p, size, d, n), "ptr=%llx size=%zu n=%zu", p, size, n)
 FC_DRIVER(cuMemGetAddressRange, (fa_cu_ptr *base, size_t *size, fa_cu_ptr p), do_cu_address_range(base, size, p),
           "ptr=%llx", p)
+FC_DRIVER(cuMemAlloc, (fa_cu_ptr *p, size_t size), cu_result(do_malloc((void **)p, size)), "size=%zu", size)
+FC_DRIVER(cuMemFree, (fa_cu_ptr p), cu_result(do_free((void *)(uintptr_t)p)), "ptr=%llx", p)
+FC_DRIVER(cuMemAllocAsync, (fa_cu_ptr *p, size_t size, cudaStream_t s), cu_result(do_malloc_async((void **)p, size, s)),
+          "size=%zu stream=%p", size, (void *)s)
+FC_DRIVER(cuGetProcAddress, (const char *sym, void **fn, int version, fa_cu_u64 flags, fa_cu_proc_status *st),
+          cu_result(flags > 2 || version < 10020 ? cudaErrorInvalidValue : entry_point(sym, fn, st)), "symbol=%s",
+          sym ? sym : "(null)")
 #undef FC_DRIVER
 
 static const struct {
@@ -2638,6 +2651,15 @@ static cudaError_t entry_point(const char *sym, void **fn, fa_cuda_entry_status 
     if (st)
         *st = *fn ? 0 : 1; /* cudaDriverEntryPointSuccess, cudaDriverEntryPointSymbolNotFound */
     return cudaSuccess;
+}
+
+FAKECUDA_API void *fakecuda_driver_function(const char *name)
+{
+    void *fn = NULL;
+    for (size_t i = 0; name && i < sizeof driver_entries / sizeof driver_entries[0]; i++)
+        if (strcmp(driver_entries[i].name, name) == 0)
+            fn = driver_entries[i].fn;
+    return fn;
 }
 
 FAKECUDA_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
@@ -2722,6 +2744,15 @@ FAKECUDA_API size_t fakecuda_pieces(int device)
         n += pc->device == device ? pc->size : 0;
     unlock();
     return n;
+}
+
+FAKECUDA_API int fakecuda_rdma_capable(const void *p)
+{
+    lock();
+    struct vm_mapping *m = mapping_at(p);
+    int yes = m ? m->piece->rdma : device_alloc_at(p) != NULL;
+    unlock();
+    return yes;
 }
 
 FAKECUDA_API size_t fakecuda_mapped(int device)

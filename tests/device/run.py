@@ -201,6 +201,14 @@ def case_sticky():
     ok(run(["sticky_read"]), "sticky error read by the program")
 
 
+def case_driver_api():
+    """The driver API's allocations (cuMemAlloc, cuMemCreate, cuMemAllocAsync), called by name or through
+    cuGetProcAddress / cudaGetDriverEntryPoint[ByVersion], get the memory the pool holds idle: 600 MiB on a 1 GiB
+    device whose 512 MiB pool is idle."""
+    r = ok(run(["driver_api"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="512M"), "driver API allocations")
+    print(r.stdout.strip())
+
+
 def case_capture_free():
     """cudaFree of pool blocks during a stream capture: refused where the runtime refuses cudaFree (the capture
     invalidated, the block kept), quarantined where it allows it."""
@@ -435,6 +443,21 @@ def case_thread_retry():
     on a later call, and the growth still goes back."""
     r = ok(run(["thread_retry"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="256M"), "thread retry")
     print(r.stdout.strip())
+
+
+def case_no_space():
+    """Out of address space is not out of memory: the block goes to the driver without the pool releasing idle
+    pieces or synchronising."""
+    r = ok(run(["no_space"], FAKECUDA_MEM="256M", FORGEALLOC_DEVICE_POOL_SIZE="128M"), "out of address space")
+    print(r.stdout.strip())
+
+
+def case_rdma():
+    """Pool blocks can be registered for GPUDirect RDMA where the device supports it with mapped memory (pieces
+    created with gpuDirectRDMACapable), as cudaMalloc blocks can; without that support the pool still serves."""
+    r = ok(run(["rdma", "1"]), "GPUDirect RDMA capable pieces")
+    print(r.stdout.strip())
+    ok(run(["rdma", "0"], FAKECUDA_GDR="0"), "no GPUDirect RDMA support")
 
 
 def case_peer():

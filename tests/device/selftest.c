@@ -1036,6 +1036,55 @@ static void test_threads(void)
     CHECK(fakecuda_used(0) == 0 && fakecuda_used(1) == 0, "all freed");
 }
 
+/* The driver API's allocations: cuMemAlloc, cuMemFree, cuMemAllocAsync
+ * through cudaGetDriverEntryPoint and cuGetProcAddress, and by name from
+ * the stand-in libcuda.so.1; potentially unsafe calls during a capture. */
+static void test_driver_alloc(void)
+{
+    fa_cu_result (*alloc)(fa_cu_ptr *, size_t) = NULL;
+    fa_cu_result (*release)(fa_cu_ptr) = NULL;
+    fa_cu_result (*async)(fa_cu_ptr *, size_t, cudaStream_t) = NULL;
+    fa_cu_result (*proc)(const char *, void **, int, fa_cu_u64, fa_cu_proc_status *) = NULL;
+    OK(cudaGetDriverEntryPoint("cuMemAlloc", (void **)&alloc, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuMemFree", (void **)&release, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuMemAllocAsync", (void **)&async, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuGetProcAddress", (void **)&proc, 0, NULL));
+    CHECK(alloc && release && async && proc, "found");
+    void *create = NULL;
+    fa_cu_proc_status st = 1;
+    CHECK(proc("cuMemCreate", &create, 12000, 0, &st) == 0 && create && st == 0, "cuGetProcAddress finds");
+    CHECK(proc("cuMemCreate", &create, 9000, 0, &st) != 0, "only for CUDA 10.2 and later");
+    fa_cu_ptr p = 0, q = 0;
+    size_t used = fakecuda_used(0);
+    CHECK(alloc(&p, 4096) == 0 && fakecuda_device_of((void *)(uintptr_t)p) == 0, "cuMemAlloc: device memory");
+    CHECK(alloc(&q, CAP0) == 2, "CUDA_ERROR_OUT_OF_MEMORY beyond the device");
+    CHECK(release(p) == 0 && fakecuda_used(0) == used, "cuMemFree");
+    CHECK(async(&p, 4096, NULL) == 0 && release(p) == 0, "cuMemAllocAsync");
+    cudaStream_t s;
+    cudaGraph_t gr;
+    OK(cudaStreamCreate(&s));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(alloc(&p, 4096) == cudaErrorStreamCaptureUnsupported, "cuMemAlloc is potentially unsafe");
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    int mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(alloc(&p, 4096) == 0 && release(p) == 0, "allowed in relaxed mode");
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    OK(cudaStreamEndCapture(s, &gr));
+    OK(cudaStreamDestroy(s));
+    CLEAR_ERROR();
+    /* libcuda.so.1 by name */
+    void *drv = dlopen(FAKECUDADRV_PATH, RTLD_NOW | RTLD_LOCAL);
+    CHECK(drv != NULL, "dlopen %s: %s", FAKECUDADRV_PATH, dlerror());
+    fa_cu_result (*by_name)(fa_cu_ptr *, size_t) = (fa_cu_result(*)(fa_cu_ptr *, size_t))dlsym(drv, "cuMemAlloc_v2");
+    fa_cu_result (*free_by_name)(fa_cu_ptr) = (fa_cu_result(*)(fa_cu_ptr))dlsym(drv, "cuMemFree_v2");
+    CHECK(by_name && free_by_name && by_name(&p, 4096) == 0 && fakecuda_device_of((void *)(uintptr_t)p) == 0 &&
+              free_by_name(p) == 0,
+          "libcuda.so.1's cuMemAlloc_v2 and cuMemFree_v2");
+    dlclose(drv);
+}
+
 /* fakecuda_set_entry_hook: once, on the calling thread, as the named call
  * enters (before it takes effect). */
 static int hook_runs;
@@ -1521,6 +1570,37 @@ static void test_vmm(void)
     CHECK(fakecuda_used(0) == used0, "nothing left");
     OK(cudaStreamDestroy(s));
     CHECK(fakecuda_calls("cuMemMap") == 5, "driver calls are counted: %lu", fakecuda_calls("cuMemMap"));
+
+    /* GPUDirect RDMA: the device supports it with the virtual-memory API
+     * (attribute 110); a piece created so can be registered, as cudaMalloc
+     * memory can; one created without, not. */
+    int gdr = -1;
+    CHECK(d.cuDeviceGetAttribute(&gdr, FA_CU_ATTR_GDR_VMM_SUPPORTED, 0) == 0 && gdr == 1, "GPUDirect RDMA supported");
+    fa_cu_alloc_prop rprop = prop;
+    rprop.allocFlags.gpuDirectRDMACapable = 1;
+    CHECK(d.cuMemAddressReserve(&r, 2 * G2, 0, 0, 0) == 0 && d.cuMemCreate(&h1, G2, &rprop, 0) == 0 &&
+              d.cuMemCreate(&h2, G2, &prop, 0) == 0 && d.cuMemMap(r, G2, 0, h1, 0) == 0 &&
+              d.cuMemMap(r + G2, G2, 0, h2, 0) == 0,
+          "two pieces mapped");
+    CHECK(fakecuda_rdma_capable((void *)(uintptr_t)r) == 1 && fakecuda_rdma_capable((void *)(uintptr_t)(r + G2)) == 0,
+          "only the piece created RDMA capable is");
+    OK(cudaMalloc(&p, 512));
+    CHECK(fakecuda_rdma_capable(p) == 1, "cudaMalloc memory is");
+    OK(cudaFree(p));
+    CHECK(d.cuMemUnmap(r, 2 * G2) == 0 && d.cuMemRelease(h1) == 0 && d.cuMemRelease(h2) == 0 &&
+              d.cuMemAddressFree(r, 2 * G2) == 0,
+          "released");
+
+    /* Pieces and mappings belong to no context (cuda.h: a context's
+     * destruction leaves cuMemCreate's allocations): a reset leaves them. */
+    CHECK(d.cuMemAddressReserve(&r, 2 * G2, 0, 0, 0) == 0 && d.cuMemCreate(&h1, G2, &prop, 0) == 0 &&
+              d.cuMemMap(r, G2, 0, h1, 0) == 0,
+          "a piece mapped");
+    OK(cudaDeviceReset());
+    CHECK(fakecuda_pieces(0) == G2 && fakecuda_mapped(0) == G2, "a reset leaves it");
+    CHECK(d.cuMemUnmap(r, G2) == 0 && d.cuMemRelease(h1) == 0 && d.cuMemAddressFree(r, 2 * G2) == 0,
+          "and it goes when released");
+    CHECK(fakecuda_pieces(0) == 0 && fakecuda_used(0) == used0, "nothing left");
 }
 
 int main(int argc, char **argv)
@@ -1544,6 +1624,7 @@ int main(int argc, char **argv)
     test_reset();
     test_capture();
     test_entry_hook();
+    test_driver_alloc();
     test_pointer_attributes();
     test_ipc();
     test_pitch();
