@@ -326,7 +326,8 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
             ST_ADD(d, failed_allocs, 1);
             return sticky;
         }
-        if (kind == KIND_VMM && fa_grow_vm_alloc(rt, d, dev, n, out))
+        /* Ready memory first, the common case: no driver call. */
+        if (kind == KIND_VMM && (fa_dev_pool_alloc(d, dev, n, out) || fa_grow_vm_alloc(rt, d, dev, n, out)))
             return 0;
         /* The chunk pool grows back to its size (chunks it gave back)
          * before it waits for its freed blocks.  Beyond its size it waits:
