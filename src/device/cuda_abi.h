@@ -11,6 +11,7 @@
 #define FA_CUDA_ABI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef FA_CUDA_ABI_CHECK
 /* The check build takes the real types from the toolkit. */
@@ -47,7 +48,9 @@ typedef int fa_cuda_entry_status;             /* enum cudaDriverEntryPointQueryR
 #define FA_CUDA_ERROR_NOT_SUPPORTED ((fa_cuda_error)801) /* cudaErrorNotSupported */
 #define FA_CUDA_ERROR_CAPTURE_UNSUPPORTED ((fa_cuda_error)900) /* cudaErrorStreamCaptureUnsupported */
 #define FA_CUDA_ERROR_CAPTURE_INVALIDATED ((fa_cuda_error)901) /* cudaErrorStreamCaptureInvalidated */
+#define FA_CUDA_ERROR_ILLEGAL_ADDRESS ((fa_cuda_error)700) /* cudaErrorIllegalAddress */
 #define FA_CUDA_CAPTURE_MODE_RELAXED ((fa_cuda_capture_mode)2)   /* cudaStreamCaptureModeRelaxed */
+#define FA_CUDA_STREAM_NON_BLOCKING 0x01u                         /* cudaStreamNonBlocking */
 #define FA_CUDA_CAPTURE_STATUS_NONE ((fa_cuda_capture_status)0)  /* cudaStreamCaptureStatusNone */
 #define FA_CUDA_STREAM_PER_THREAD ((fa_cuda_stream)0x2)            /* cudaStreamPerThread (a macro in CUDA) */
 
@@ -64,7 +67,32 @@ _Static_assert((int)FA_CUDA_ERROR_CAPTURE_INVALIDATED == (int)cudaErrorStreamCap
 _Static_assert((int)FA_CUDA_CAPTURE_MODE_RELAXED == (int)cudaStreamCaptureModeRelaxed, "relaxed capture mode");
 _Static_assert((int)FA_CUDA_CAPTURE_STATUS_NONE == (int)cudaStreamCaptureStatusNone, "no capture");
 _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-sized enum");
+_Static_assert((int)FA_CUDA_ERROR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "cudaErrorIllegalAddress");
+_Static_assert(FA_CUDA_STREAM_NON_BLOCKING == cudaStreamNonBlocking, "cudaStreamNonBlocking");
+_Static_assert(cudaErrorContained == 226 && cudaErrorLaunchTimeout == 702 && cudaErrorAssert == 710 &&
+                   cudaErrorHardwareStackError == 714 && cudaErrorIllegalInstruction == 715 &&
+                   cudaErrorMisalignedAddress == 716 && cudaErrorInvalidAddressSpace == 717 &&
+                   cudaErrorInvalidPc == 718 && cudaErrorLaunchFailure == 719 && cudaErrorTensorMemoryLeak == 721 &&
+                   cudaErrorMpsClientTerminated == 810 && cudaErrorExternalDevice == 911,
+               "the sticky errors");
 #endif
+
+/* The errors after which, as CUDA documents them, the process is "in an
+ * inconsistent state and any further CUDA work will return the same
+ * error": cudaErrorContained, IllegalAddress, LaunchTimeout, Assert,
+ * HardwareStackError, IllegalInstruction, MisalignedAddress,
+ * InvalidAddressSpace, InvalidPc, LaunchFailure, TensorMemoryLeak,
+ * MpsClientTerminated, ExternalDevice. */
+static inline int fa_cuda_sticky(fa_cuda_error e)
+{
+    switch ((int)e) {
+    case 226: case 700: case 702: case 710: case 714: case 715: case 716: case 717: case 718: case 719: case 721:
+    case 810: case 911:
+        return 1;
+    default:
+        return 0;
+    }
+}
 
 /* The real runtime's functions that forgealloc calls or forwards to,
  * looked up at run time (cudart.c).  X(name, return, params, args). */
@@ -104,6 +132,7 @@ _Static_assert(sizeof(fa_cuda_error) == sizeof(int), "cudaError_t is an int-size
     X(cudaStreamGetDevice, fa_cuda_error, (fa_cuda_stream s, int *d), (s, d))                                   \
     X(cudaThreadExchangeStreamCaptureMode, fa_cuda_error, (fa_cuda_capture_mode * m), (m))                      \
     X(cudaStreamDestroy, fa_cuda_error, (fa_cuda_stream s), (s))                                                \
+    X(cudaStreamCreateWithFlags, fa_cuda_error, (fa_cuda_stream * s, unsigned flags), (s, flags))               \
     X(cudaDeviceEnablePeerAccess, fa_cuda_error, (int peer, unsigned flags), (peer, flags))                     \
     X(cudaGetDriverEntryPoint, fa_cuda_error,                                                                   \
       (const char *sym, void **fn, unsigned long long flags, fa_cuda_entry_status *st), (sym, fn, flags, st))   \
@@ -126,6 +155,8 @@ typedef CUmemAccessDesc fa_cu_access_desc;
 typedef CUdevice_attribute fa_cu_attr;
 typedef CUmemAllocationGranularity_flags fa_cu_gran_flags;
 typedef CUmemAccess_flags fa_cu_access_flags;
+typedef cuuint64_t fa_cu_u64;
+typedef CUdriverProcAddressQueryResult fa_cu_proc_status;
 #else
 typedef int fa_cu_result;                /* CUresult */
 typedef unsigned long long fa_cu_ptr;    /* CUdeviceptr (64-bit) */
@@ -133,6 +164,8 @@ typedef unsigned long long fa_cu_handle; /* CUmemGenericAllocationHandle */
 typedef int fa_cu_attr;                  /* CUdevice_attribute */
 typedef int fa_cu_gran_flags;            /* CUmemAllocationGranularity_flags */
 typedef int fa_cu_access_flags;          /* CUmemAccess_flags */
+typedef uint64_t fa_cu_u64;              /* cuuint64_t */
+typedef int fa_cu_proc_status;           /* CUdriverProcAddressQueryResult */
 typedef struct fa_cu_location {
     int type; /* CUmemLocationType */
     int id;
@@ -160,6 +193,7 @@ _Static_assert(sizeof(fa_cu_alloc_prop) == 32 && sizeof(fa_cu_access_desc) == 12
 #define FA_CU_SUCCESS 0                /* CUDA_SUCCESS */
 #define FA_CU_ERROR_OUT_OF_MEMORY 2    /* CUDA_ERROR_OUT_OF_MEMORY */
 #define FA_CU_ATTR_VMM_SUPPORTED 102   /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+#define FA_CU_ATTR_GDR_VMM_SUPPORTED 110 /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED */
 #define FA_CU_ALLOCATION_TYPE_PINNED 1 /* CU_MEM_ALLOCATION_TYPE_PINNED */
 #define FA_CU_LOCATION_TYPE_DEVICE 1   /* CU_MEM_LOCATION_TYPE_DEVICE */
 #define FA_CU_ACCESS_READWRITE 3       /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE */
@@ -172,6 +206,7 @@ _Static_assert(sizeof(fa_cu_alloc_prop) == 32 && sizeof(fa_cu_access_desc) == 12
 _Static_assert(FA_CU_SUCCESS == CUDA_SUCCESS, "CUDA_SUCCESS");
 _Static_assert(FA_CU_ERROR_OUT_OF_MEMORY == CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY");
 _Static_assert(FA_CU_ATTR_VMM_SUPPORTED == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, "VMM attribute");
+_Static_assert(FA_CU_ATTR_GDR_VMM_SUPPORTED == CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, "GDR attr");
 _Static_assert(FA_CU_ALLOCATION_TYPE_PINNED == CU_MEM_ALLOCATION_TYPE_PINNED, "pinned");
 _Static_assert(FA_CU_LOCATION_TYPE_DEVICE == CU_MEM_LOCATION_TYPE_DEVICE, "location device");
 _Static_assert(FA_CU_ACCESS_READWRITE == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "read-write");

@@ -81,6 +81,8 @@ const fa_cudart *fa_cudart_get(void)
     return &rt;
 }
 
+void *fa_cudart_next(const char *name) { return dlsym(RTLD_NEXT, name); }
+
 /* A fork while another thread copied: the child's lock starts free. */
 void fa_cudart_fork_child(void) { pthread_mutex_init(&lock, NULL); }
 
@@ -91,18 +93,28 @@ fa_cuda_error fa_cudart_error_peek(const fa_cudart *r)
     return r->cudaPeekAtLastError ? r->cudaPeekAtLastError() : 0;
 }
 
-/* Make e the thread's last error again with a call that fails with e and
- * has no other effect, where one is known.  The calls run in relaxed
- * capture mode, where a cudaMalloc is neither refused for a capture under
- * way nor invalidates it. */
-static void raise_again(const fa_cudart *r, fa_cuda_error e)
+fa_cudart_mode fa_cudart_relax(const fa_cudart *r)
+{
+    fa_cudart_mode m = {FA_CUDA_CAPTURE_MODE_RELAXED, false};
+    m.changed = r->cudaThreadExchangeStreamCaptureMode && r->cudaThreadExchangeStreamCaptureMode(&m.mode) == 0;
+    return m;
+}
+
+void fa_cudart_unrelax(const fa_cudart *r, fa_cudart_mode m)
+{
+    if (m.changed)
+        r->cudaThreadExchangeStreamCaptureMode(&m.mode);
+}
+
+/* The calls run in relaxed capture mode, where a cudaMalloc is neither
+ * refused for a capture under way nor invalidates it. */
+void fa_cudart_error_raise(const fa_cudart *r, fa_cuda_error e)
 {
     if ((e != FA_CUDA_ERROR_INVALID_VALUE && e != FA_CUDA_ERROR_MEMORY_ALLOCATION &&
          e != FA_CUDA_ERROR_INVALID_DEVICE) ||
         !r->cudaMalloc || !r->cudaSetDevice)
         return;
-    fa_cuda_capture_mode mode = FA_CUDA_CAPTURE_MODE_RELAXED;
-    bool relaxed = r->cudaThreadExchangeStreamCaptureMode && r->cudaThreadExchangeStreamCaptureMode(&mode) == 0;
+    fa_cudart_mode m = fa_cudart_relax(r);
     void *p = NULL;
     if (e == FA_CUDA_ERROR_INVALID_VALUE)
         r->cudaMalloc(NULL, 1); /* no place for the pointer */
@@ -110,8 +122,7 @@ static void raise_again(const fa_cudart *r, fa_cuda_error e)
         r->cudaFree(p); /* more than any device has: never served */
     else if (e == FA_CUDA_ERROR_INVALID_DEVICE)
         r->cudaSetDevice(-1); /* no such device: the current one stays */
-    if (relaxed)
-        r->cudaThreadExchangeStreamCaptureMode(&mode);
+    fa_cudart_unrelax(r, m);
 }
 
 void fa_cudart_error_restore(const fa_cudart *r, fa_cuda_error before)
@@ -121,7 +132,7 @@ void fa_cudart_error_restore(const fa_cudart *r, fa_cuda_error before)
     if (before == 0)
         r->cudaGetLastError();
     else
-        raise_again(r, before); /* where it cannot, the internal call's error stays pending instead */
+        fa_cudart_error_raise(r, before); /* where it cannot, the internal call's error stays pending instead */
 }
 
 /* ---- the driver's functions through the runtime ---------------------------- */

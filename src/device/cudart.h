@@ -9,6 +9,8 @@
 #ifndef FA_CUDART_H
 #define FA_CUDART_H
 
+#include <stdbool.h>
+
 #include "cuda_abi.h"
 
 typedef struct fa_cudart {
@@ -44,6 +46,28 @@ typedef struct fa_cudrv {
  * before and after, and is left alone. */
 fa_cuda_error fa_cudart_error_peek(const fa_cudart *rt);
 void fa_cudart_error_restore(const fa_cudart *rt, fa_cuda_error before);
+/* Make e the thread's last error with a call that fails with e and has no
+ * other effect (in relaxed capture mode: no capture is refused or
+ * invalidated by it), where one is known: cudaErrorInvalidValue,
+ * cudaErrorMemoryAllocation, cudaErrorInvalidDevice; else nothing. */
+void fa_cudart_error_raise(const fa_cudart *rt, fa_cuda_error e);
+
+/* The calling thread in relaxed capture mode, around a call the shim
+ * makes on its own behalf: a potentially unsafe call (cudaMalloc,
+ * cudaFree, cudaEventQuery, ...) made in relaxed mode is neither refused
+ * for a stream capture under way nor invalidates it, whatever the
+ * capture's mode and thread (so on an H200 with CUDA 13.0).  relax gives
+ * the mode that unrelax puts back. */
+typedef struct fa_cudart_mode {
+    fa_cuda_capture_mode mode;
+    bool changed;
+} fa_cudart_mode;
+fa_cudart_mode fa_cudart_relax(const fa_cudart *rt);
+void fa_cudart_unrelax(const fa_cudart *rt, fa_cudart_mode m);
+
+/* The definition of `name` that the dynamic linker finds after ours (the
+ * driver's, for a driver function the program calls by name), or NULL. */
+void *fa_cudart_next(const char *name);
 
 /* Pre: rt has found a runtime.  Looked up once; NULL when any function is
  * missing (an old runtime or driver).  A failed lookup leaves the calling

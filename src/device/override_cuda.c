@@ -33,6 +33,63 @@ FA_EXPORT fa_cuda_error cudaDeviceEnablePeerAccess(int peer, unsigned flags)
     return fa_device_enable_peer_access(peer, flags);
 }
 
+/* Read for a sticky error (an illegal address in a kernel): after one the
+ * pool's cudaMalloc and cudaFree return it too, as the runtime's do. */
+FA_EXPORT fa_cuda_error cudaGetLastError(void)
+{
+    const fa_cudart *rt = fa_device_runtime("cudaGetLastError");
+    return rt->cudaGetLastError ? fa_device_error_seen(rt->cudaGetLastError()) : FA_CUDA_ERROR_INITIALIZATION;
+}
+FA_EXPORT fa_cuda_error cudaPeekAtLastError(void)
+{
+    const fa_cudart *rt = fa_device_runtime("cudaPeekAtLastError");
+    return rt->cudaPeekAtLastError ? fa_device_error_seen(rt->cudaPeekAtLastError()) : FA_CUDA_ERROR_INITIALIZATION;
+}
+
+/* The driver API's allocations, called by name (libcuda.so.1's symbols; a
+ * program built with --default-stream per-thread calls the _ptsz one), or
+ * found through a lookup: when the driver is out of memory, the pool gives
+ * back what it holds idle and the call is tried again. */
+FA_EXPORT fa_cu_result cuMemAlloc_v2(fa_cu_ptr *p, size_t n) { return fa_device_cu_mem_alloc(p, n); }
+FA_EXPORT fa_cu_result cuMemCreate(fa_cu_handle *h, size_t n, const fa_cu_alloc_prop *prop, unsigned long long flags)
+{
+    return fa_device_cu_mem_create(h, n, prop, flags);
+}
+FA_EXPORT fa_cu_result cuMemAllocAsync(fa_cu_ptr *p, size_t n, fa_cuda_stream s)
+{
+    return fa_device_cu_mem_alloc_async(p, n, s, false);
+}
+FA_EXPORT fa_cu_result cuMemAllocAsync_ptsz(fa_cu_ptr *p, size_t n, fa_cuda_stream s)
+{
+    return fa_device_cu_mem_alloc_async(p, n, s, true);
+}
+FA_EXPORT fa_cu_result cuGetProcAddress_v2(const char *sym, void **fn, int version, fa_cu_u64 flags,
+                                           fa_cu_proc_status *st)
+{
+    return fa_device_cu_get_proc_address(sym, fn, version, flags, st);
+}
+FA_EXPORT fa_cuda_error cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags,
+                                                fa_cuda_entry_status *st)
+{
+    const fa_cudart *rt = fa_device_runtime("cudaGetDriverEntryPoint");
+    fa_cuda_error r = rt->cudaGetDriverEntryPoint ? rt->cudaGetDriverEntryPoint(sym, fn, flags, st)
+                                                  : FA_CUDA_ERROR_INITIALIZATION;
+    if (r == 0 && fn)
+        *fn = fa_device_driver_function(sym, *fn, 0, flags);
+    return r;
+}
+FA_EXPORT fa_cuda_error cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned version,
+                                                         unsigned long long flags, fa_cuda_entry_status *st)
+{
+    const fa_cudart *rt = fa_device_runtime("cudaGetDriverEntryPointByVersion");
+    fa_cuda_error r = rt->cudaGetDriverEntryPointByVersion
+                          ? rt->cudaGetDriverEntryPointByVersion(sym, fn, version, flags, st)
+                          : FA_CUDA_ERROR_INITIALIZATION;
+    if (r == 0 && fn)
+        *fn = fa_device_driver_function(sym, *fn, (int)version, flags);
+    return r;
+}
+
 /* Counted, then passed to the runtime unchanged. */
 #define FA_PASS(counter, name, params, args)                                  \
     FA_EXPORT fa_cuda_error name params                                       \
@@ -60,6 +117,7 @@ FA_PASS(FA_PT_cudaFreeHost, cudaFreeHost, (void *p), (p))
         while ((r = rt->name args) == FA_CUDA_ERROR_MEMORY_ALLOCATION &&      \
                fa_device_room_make(&room))                                    \
             ;                                                                 \
+        fa_device_room_end(&room, r);                                         \
         return r;                                                             \
     }
 FA_PASS_DEVICE(FA_PT_cudaMallocAsync, cudaMallocAsync, (void **p, size_t n, fa_cuda_stream s), (p, n, s))

@@ -216,6 +216,14 @@ uint64_t fa_pool_sync_end(fa_pool *p, uint32_t e)
     return released;
 }
 
+uint64_t fa_pool_idle_now(const fa_pool *p)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < p->nchunks; i++)
+        n += !p->chunks[i]->live && !p->chunks[i]->q_count;
+    return n * p->chunk_size;
+}
+
 bool fa_pool_take_idle_chunk(fa_pool *p, uintptr_t *base)
 {
     cache_flush(p);

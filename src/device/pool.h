@@ -84,4 +84,9 @@ static inline uint64_t fa_pool_idle(const fa_pool *p)
     return (uint64_t)(p->nchunks - p->busy_chunks) * p->chunk_size;
 }
 
+/* Bytes of the chunks that hold nothing live or quarantined: what goes
+ * back to the driver without a synchronisation (during a stream capture,
+ * which forbids one). */
+uint64_t fa_pool_idle_now(const fa_pool *p);
+
 #endif

@@ -264,26 +264,38 @@ static void cache_put(fa_vm *v, uint32_t u)
     v->cached += fa_buddy_alloc_bytes(&v->small, u);
 }
 
-/* A cached block of exactly `units` (the first few of its order). */
+static uintptr_t unit_addr(const fa_vm *v, uint32_t u) { return v->small.base + ((uintptr_t)u << FA_VM_UNIT_SHIFT); }
+
+/* A cached block of exactly `units` (the first few of its order): the
+ * first whose first granule is backed (idle pieces given back leave some
+ * without; the usual first one has its pieces), else the first. */
 static bool cache_take(fa_vm *v, uint32_t units, uint32_t *out)
 {
-    uint32_t *link = &v->cache[fa_ceil_log2(units)];
+    uint32_t *link = &v->cache[fa_ceil_log2(units)], *pick = NULL;
     for (int looked = 0; *link != FA_BUDDY_NIL && looked < 8; looked++) {
         uint32_t u = *link;
         if (v->small.u[u].units == units) {
-            *link = v->small.u[u].next;
-            /* The next request of this size reads the new head: blocks
-             * cycle through the whole pool between synchronisations, so
-             * it is rarely in cache by then unless fetched now. */
-            if (*link != FA_BUDDY_NIL)
-                __builtin_prefetch(&v->small.u[*link]);
-            v->cached -= fa_buddy_alloc_bytes(&v->small, u);
-            *out = u;
-            return true;
+            if (!pick)
+                pick = link;
+            if (v->gran_piece[gran_of(v, unit_addr(v, u))]) {
+                pick = link;
+                break;
+            }
         }
         link = &v->small.u[u].next;
     }
-    return false;
+    if (!pick)
+        return false;
+    uint32_t u = *pick;
+    *pick = v->small.u[u].next;
+    /* The next request of this size reads the new head: blocks cycle
+     * through the whole pool between synchronisations, so it is rarely in
+     * cache by then unless fetched now. */
+    if (*pick != FA_BUDDY_NIL)
+        __builtin_prefetch(&v->small.u[*pick]);
+    v->cached -= fa_buddy_alloc_bytes(&v->small, u);
+    *out = u;
+    return true;
 }
 
 static void cache_flush(fa_vm *v)
@@ -318,7 +330,7 @@ static fa_vm_result alloc_small(fa_vm *v, size_t n, bool may_create, const fa_vm
     bool from_cache = v->cached && cache_take(v, units, &u);
     if (from_cache) {
         fa_buddy_reuse(&v->small, u, n);
-        a = v->small.base + ((uintptr_t)u << FA_VM_UNIT_SHIFT);
+        a = unit_addr(v, u);
     } else {
         if (!fa_buddy_alloc_pref(&v->small, n, backed, v, &a)) {
             if (!v->cached)
@@ -531,6 +543,8 @@ void fa_vm_release_all(fa_vm *v, const fa_vm_driver *drv, void *ctx)
         if (v->pieces[i].count)
             piece_drop(v, i, drv, ctx, true);
 }
+
+bool fa_vm_zone_quarantined(const fa_vm *v, size_t n) { return v->q_head[n >= FA_VM_LARGE_MIN] != FA_VM_NIL; }
 
 size_t fa_vm_largest_free(const fa_vm *v)
 {

@@ -146,6 +146,9 @@ uint32_t fa_vm_release_idle(fa_vm *v, uint64_t keep, bool small_too, const fa_vm
 int fa_vm_grant_all(fa_vm *v, const fa_vm_driver *drv, void *ctx);
 /* Unmap and release every piece, whatever it holds (device reset, exit). */
 void fa_vm_release_all(fa_vm *v, const fa_vm_driver *drv, void *ctx);
+/* Whether freed blocks of the zone that places n-byte blocks wait in
+ * quarantine (a synchronisation would give their address space back). */
+bool fa_vm_zone_quarantined(const fa_vm *v, size_t n);
 /* Largest block the address space could place now, in bytes. */
 size_t fa_vm_largest_free(const fa_vm *v);
 /* Walk every structure and count inconsistencies (0 = consistent).  Tests. */

@@ -124,12 +124,10 @@ static void *thread_main(void *arg)
         uint64_t next = fa_release_tick(now);
         if (fa_device_background_wanted()) {
             /* A device pool grew beyond its size: give back after its idle
-             * spell; look again every second until it has. */
+             * spell, at the time it names (none: until a pool asks again). */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            fa_device_background((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
-            if (fa_device_background_wanted())
-                next = earliest(next, now + 1000);
+            next = earliest(next, fa_device_background((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u));
         }
         if (interval_ms) {
             if (now >= next_dump_ms) {
@@ -153,7 +151,11 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-static int start_error; /* pthread_create's error, once it failed */
+static int start_error;      /* pthread_create's error, once it failed */
+static uint64_t retry_at_ms; /* UNAVAILABLE: a wake from then on tries again */
+/* A failed start (a container's pids limit reached for a moment) is tried
+ * again by a wake this long after it. */
+#define START_RETRY_MS 1000
 
 static const char *start_failure(void)
 {
@@ -183,17 +185,20 @@ static bool start_thread(void)
     int err = pthread_create(&t, &attr, thread_main, NULL);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    start_error = err;
+    bool first_failure = err && !start_error;
+    if (err)
+        start_error = err;
     if (err) {
+        __atomic_store_n(&retry_at_ms, mono_ms() + START_RETRY_MS, __ATOMIC_RELAXED);
         __atomic_store_n(&state, UNAVAILABLE, __ATOMIC_RELEASE);
     } else { /* unless the thread got there first (and may have retired since) */
         expect = STARTING;
         __atomic_compare_exchange_n(&state, &expect, RUNNING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
     errno = saved;
-    if (err)
-        fa_info("cannot start the background thread (%s); freed memory is returned on allocator calls and "
-                "FORGEALLOC_STATS_INTERVAL dumps are off",
+    if (first_failure)
+        fa_info("cannot start the background thread (%s); it is tried again on later calls, and meanwhile freed "
+                "memory is returned on allocator calls and FORGEALLOC_STATS_INTERVAL dumps wait",
                 start_failure());
     return err == 0;
 }
@@ -216,8 +221,14 @@ static bool wake(bool start)
     }
     case STARTING:
         return true;
-    case UNAVAILABLE:
-        return false;
+    case UNAVAILABLE: /* started again a while after it failed */
+        if (!start || mono_ms() < __atomic_load_n(&retry_at_ms, __ATOMIC_RELAXED))
+            return false;
+        {
+            int expect = UNAVAILABLE;
+            __atomic_compare_exchange_n(&state, &expect, IDLE, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+        }
+        return start_thread();
     default:
         if (!start)
             return false;

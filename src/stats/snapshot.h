@@ -153,7 +153,8 @@ typedef struct fa_device_stats {
 
 /* CUDA calls that are counted and passed through: device.passthrough.<name>. */
 #define FA_CUDA_PASSTHROUGH(X) \
-    X(cudaMallocAsync) X(cudaFreeAsync) X(cudaMallocHost) X(cudaHostAlloc) X(cudaFreeHost) X(cudaMallocManaged) X(cudaMallocPitch)
+    X(cudaMallocAsync) X(cudaFreeAsync) X(cudaMallocHost) X(cudaHostAlloc) X(cudaFreeHost) X(cudaMallocManaged) X(cudaMallocPitch) \
+    X(cuMemAlloc) X(cuMemCreate) X(cuMemAllocAsync)
 
 enum fa_cuda_pt {
 #define FA_PT_ENUM(name) FA_PT_##name,

@@ -3,7 +3,9 @@
  * contents can be checked directly.  One mode per behaviour; exit 0 when
  * every check holds.  run.py sets the environment of each mode. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,6 +20,10 @@
 #define MiB (1024 * KiB)
 
 static int failures;
+static void sleep_s(double s);
+static cudaStream_t cc_stream; /* the capture another thread begins (cc_hook, cc_check) */
+static void cc_hook(void);
+static void cc_check(const char *what);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
@@ -652,6 +658,80 @@ static int capture_reset(void)
     return failures;
 }
 
+/* Two devices whose queues drain separately: a block of device 0 that
+ * device 1's queued work still writes (peer access, or a copy queued on
+ * device 1's stream that then freed it with cudaFreeAsync) leaves the
+ * quarantine only once device 1 caught up too, whatever device 0 did:
+ * the next block of device 0 keeps what is written to it.  The copy part
+ * runs on the chunk pool only: device 1 cannot reach device 0's mapped
+ * pieces without peer access (the stand-in counts it a fault). */
+static bool reused_intact(int how)
+{
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned char *a = dmalloc(2 * MiB);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    cudaStream_t s1;
+    CHECK(cudaStreamCreateWithFlags(&s1, 1 /* non-blocking */) == cudaSuccess);
+    static unsigned char host[2 * MiB];
+    memset(host, 0x11, sizeof host);
+    if (how == 0) {
+        CHECK(fakecuda_enqueue_fill(s1, a, 0x11, 2 * MiB) == cudaSuccess); /* a kernel of device 1 writing a */
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+        CHECK(cudaFree(a) == cudaSuccess);
+    } else {
+        CHECK(cudaMemcpyAsync(a, host, 2 * MiB, cudaMemcpyHostToDevice, s1) == cudaSuccess);
+        CHECK(cudaFreeAsync(a, s1) == cudaSuccess); /* ordered after the copy on s1 */
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+    }
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* device 0 only */
+    unsigned char *b = dmalloc(2 * MiB);
+    if (b)
+        memset(b, 0x22, 2 * MiB);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* device 1's work lands */
+    bool intact = b && b[0] == 0x22 && b[2 * MiB - 1] == 0x22;
+    printf("%s reused %d intact %d\n", how == 0 ? "peer_write" : "async_free", (int)(b == a), (int)intact);
+    CHECK(cudaStreamDestroy(s1) == cudaSuccess);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(b && cudaFree(b) == cudaSuccess);
+    CHECK(fakecuda_faults(1) == 0);
+    return intact;
+}
+
+static int twodev_quarantine(void)
+{
+    if (!vmm_expected())
+        CHECK(reused_intact(1));
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaDeviceEnablePeerAccess(0, 0) == cudaSuccess); /* device 1 may reach device 0's memory */
+    CHECK(reused_intact(0));
+    return failures;
+}
+
+/* cudaDeviceReset of device 0 while another thread captures on device 1:
+ * the pool cannot synchronise first (the capture forbids it), and its
+ * pieces must stay mapped until the reset has let the queued work land:
+ * no fault, and the capture ends valid.  Run with two devices. */
+static int reset_capture(void)
+{
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&cc_stream, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    unsigned char *a = dmalloc(4 * MiB);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fill(s, a, 0x33, 4 * MiB) == cudaSuccess);
+    cc_hook(); /* another thread begins a global capture on device 1's stream */
+    CHECK(cudaDeviceReset() == cudaSuccess);
+    printf("faults %lu\n", fakecuda_faults(0));
+    CHECK(fakecuda_faults(0) == 0);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    cc_check("reset");
+    void *b = dmalloc(MiB); /* a new pool */
+    CHECK(b != NULL && cudaFree(b) == cudaSuccess);
+    return failures;
+}
+
 static int reset(void)
 {
     void *a = dmalloc(MiB);
@@ -772,6 +852,91 @@ static int errors(void)
     return failures;
 }
 
+/* The pool refuses cudaIpcGetMemHandle of its blocks, leaving
+ * cudaErrorInvalidValue as the last error as the runtime's refusal would:
+ * during this thread's global-mode capture that must not invalidate the
+ * capture (the call raising the error runs in relaxed mode). */
+static int refuse_capture(void)
+{
+    void *b = dmalloc(MiB);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    cudaIpcMemHandle_t h;
+    CHECK(cudaIpcGetMemHandle(&h, b) == cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    int st = -1;
+    CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(cudaFree(b) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
+/* ---- sticky errors ------------------------------------------------------------------------------- */
+
+/* After a kernel's illegal address the runtime's cudaMalloc and cudaFree
+ * return cudaErrorIllegalAddress (sticky: every call that needs the
+ * context does); the pool's answers are the same: at once once the
+ * program read the error, at a thread's first call, and within 64 calls
+ * otherwise.  cudaMalloc leaves the last error as it was, cudaFree sets
+ * it, a block whose cudaFree failed stays allocated. */
+static void *sticky_thread(void *arg)
+{
+    void *p = NULL;
+    *(cudaError_t *)arg = cudaMalloc(&p, MiB);
+    return NULL;
+}
+
+static int sticky(void)
+{
+    void *a = dmalloc(MiB), *b = dmalloc(MiB), *p = NULL;
+    CHECK(cudaFree(b) == cudaSuccess);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fault(s) == cudaSuccess);
+    /* A call the shim does not see meets it; the program does not read
+     * the last error: the pool finds out within 64 of this thread's calls. */
+    CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
+    int served = 0;
+    cudaError_t r = cudaSuccess;
+    while (served < 64 && (r = cudaMalloc(&p, MiB)) == cudaSuccess)
+        served++;
+    printf("served_after_fault %d then %d\n", served, (int)r);
+    CHECK(r == cudaErrorIllegalAddress);
+    cudaError_t other = cudaSuccess;
+    pthread_t t; /* another thread: at its first call */
+    CHECK(pthread_create(&t, NULL, sticky_thread, &other) == 0);
+    pthread_join(t, NULL);
+    CHECK(other == cudaErrorIllegalAddress);
+    CHECK(cudaPeekAtLastError() == cudaErrorIllegalAddress); /* the stream sync's */
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    CHECK(cudaMalloc(&p, MiB) == cudaErrorIllegalAddress);
+    CHECK(cudaPeekAtLastError() == cudaSuccess); /* left as it was */
+    uint64_t frees = stat_of("device.0.frees");
+    CHECK(cudaFree(a) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    CHECK(stat_of("device.0.frees") == frees); /* not freed */
+    return failures;
+}
+
+/* The program reads the error through cudaGetLastError right after the
+ * fault (as PyTorch does after each launch): the pool's next answer is
+ * the error already. */
+static int sticky_read(void)
+{
+    void *a = dmalloc(MiB), *p = NULL;
+    CHECK(cudaFree(a) == cudaSuccess);
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(fakecuda_enqueue_fault(s) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    CHECK(cudaMalloc(&p, MiB) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    return failures;
+}
+
 /* ---- stream capture ------------------------------------------------------------------------------ */
 
 static int capture(void)
@@ -791,11 +956,14 @@ static int capture(void)
     void *c = NULL;
     CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess);
     CHECK(stat_of("device.0.pool_allocs") == 3 && stat_of("device.0.fallback_allocs") == 0);
-    /* The pool is full and neither syncs nor grows during a capture: the
-     * driver serves (and is full after it). */
+    /* The pool is full and neither syncs nor grows during a capture (what
+     * it grew would wait in quarantine until the capture ends, where the
+     * driver's block goes back at its cudaFree): the driver serves (and is
+     * full after it). */
+    uint64_t fallback = 1;
     void *x = NULL;
     CHECK(cudaMalloc(&x, 32 * MiB) == cudaSuccess);
-    CHECK(stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.fallback_allocs") == fallback);
     CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     cudaGraph_t g = NULL;
     CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess); /* not invalidated */
@@ -816,14 +984,14 @@ static int capture(void)
     CHECK(cudaStreamDestroy(t) == cudaSuccess);
     uint64_t syncs = stat_of("device.0.device_syncs");
     void *e = dmalloc(32 * MiB), *f = dmalloc(32 * MiB); /* the quarantined b and d, after a sync */
-    CHECK(stat_of("device.0.device_syncs") > syncs && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.device_syncs") > syncs && stat_of("device.0.fallback_allocs") == fallback);
     CHECK(cudaFree(e) == cudaSuccess && cudaFree(f) == cudaSuccess && cudaFree(x) == cudaSuccess);
     /* One that ends with cudaDeviceReset: the pool is built again after it. */
     CHECK(cudaStreamCreateWithFlags(&t, 1) == cudaSuccess);
     CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess);
     CHECK(cudaDeviceReset() == cudaSuccess);
     void *k = dmalloc(MiB);
-    CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.pool_bytes") > 0 && stat_of("device.0.fallback_allocs") == fallback);
     CHECK(cudaFree(k) == cudaSuccess);
     return failures;
 }
@@ -934,6 +1102,200 @@ static int capture_free(void)
     CHECK(cudaGetLastError() == cudaSuccess);
     CHECK(stat_of("device.0.in_use_bytes") == 0);
     CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
+/* A relaxed-mode request during a stream capture that the driver alone
+ * would serve is served: the pool gives back idle memory then, without a
+ * synchronisation (the virtual-memory calls, and the chunk pool's
+ * cudaFree in relaxed mode, neither are refused nor invalidate a capture),
+ * and what cudaMemGetInfo calls free during a capture can be had: memory
+ * that only a synchronisation would free is not counted then.  Run with
+ * FAKECUDA_MEM=2G and a 1 GiB pool. */
+static int capture_room(void)
+{
+    enum { N = 900 };
+    static void *p[N];
+    for (int i = 0; i < N; i++)
+        p[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < N; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    size_t f = 0, t = 0;
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess && f == t); /* all of it, as without the pool */
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    void *big = NULL, *q = NULL;
+    cudaError_t rc = cudaMalloc(&big, 1500 * MiB);
+    printf("capture_malloc_1500M %d\n", (int)rc);
+    CHECK(rc == cudaSuccess);
+    CHECK(cudaMalloc(&q, 64 * MiB) == cudaSuccess && cudaFree(q) == cudaSuccess); /* quarantined */
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    /* What it calls free, in 2 MiB blocks (the stand-in places a larger
+     * block only where that much is contiguous). */
+    size_t got = 0;
+    int nb = 0;
+    while (nb < N && cudaMalloc(&p[nb], 2 * MiB) == cudaSuccess)
+        got += 2 * MiB, nb++;
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    printf("capture_free_bytes %zu allocated %zu\n", f, got);
+    CHECK(got + 2 * MiB >= f);
+    while (nb > 0)
+        CHECK(cudaFree(p[--nb]) == cudaSuccess);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(cudaFree(big) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    void *after = dmalloc(8 * MiB); /* the pool serves as before */
+    CHECK(after != NULL && cudaFree(after) == cudaSuccess);
+    CHECK(stat_of("device.0.in_use_bytes") == 0);
+    return failures;
+}
+
+/* The pool's own driver calls (reserving, growing back, giving back)
+ * while another thread begins a global-mode capture: held up on their way
+ * into the runtime (the stand-in's entry hook), the capture begins, and
+ * the call must neither be refused nor invalidate it, as the program's
+ * calls, made before the capture began, would not.  Run with a 128 MiB
+ * pool on a 256 MiB device. */
+static int cc_hooked, cc_begun, cc_end; /* the hook ran; the capture began; its end is asked for */
+static cudaError_t cc_begin_rc, cc_end_rc;
+
+static void *cc_capturer(void *arg)
+{
+    (void)arg;
+    cc_begin_rc = cudaStreamBeginCapture(cc_stream, cudaStreamCaptureModeGlobal);
+    __atomic_store_n(&cc_begun, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&cc_end, __ATOMIC_ACQUIRE))
+        sleep_s(0.001);
+    cudaGraph_t g = NULL;
+    cc_end_rc = cudaStreamEndCapture(cc_stream, &g);
+    cudaGetLastError();
+    return NULL;
+}
+
+static pthread_t cc_thread;
+
+/* The entry hook: another thread begins a capture, given 200 ms to. */
+static void cc_hook(void)
+{
+    __atomic_store_n(&cc_hooked, 1, __ATOMIC_RELEASE);
+    CHECK(pthread_create(&cc_thread, NULL, cc_capturer, NULL) == 0);
+    for (int i = 0; i < 200 && !__atomic_load_n(&cc_begun, __ATOMIC_ACQUIRE); i++)
+        sleep_s(0.001);
+}
+
+/* After the call that ran the hook: the capture began and ends valid. */
+static void cc_check(const char *what)
+{
+    bool ran = __atomic_load_n(&cc_hooked, __ATOMIC_ACQUIRE);
+    CHECK(ran);
+    if (!ran)
+        return;
+    __atomic_store_n(&cc_end, 1, __ATOMIC_RELEASE);
+    pthread_join(cc_thread, NULL);
+    printf("%s begin %d end %d\n", what, (int)cc_begin_rc, (int)cc_end_rc);
+    CHECK(cc_begin_rc == cudaSuccess && cc_end_rc == cudaSuccess);
+    cc_hooked = cc_begun = cc_end = 0;
+}
+
+static int capture_calls(void)
+{
+    bool pieces = vmm_expected();
+    CHECK(cudaStreamCreateWithFlags(&cc_stream, 1 /* non-blocking */) == cudaSuccess);
+    /* The first cudaMalloc reserves the pool. */
+    fakecuda_set_entry_hook(pieces ? "cuMemAddressReserve" : "cudaMalloc", cc_hook);
+    void *a = dmalloc(MiB);
+    cc_check("reserve");
+    CHECK(a != NULL && cudaFree(a) == cudaSuccess);
+    void *fill[60];
+    for (int i = 0; i < 60; i++)
+        fill[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < 60; i++)
+        CHECK(cudaFree(fill[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    /* A request beyond what the driver has free: the pool gives its idle
+     * memory back. */
+    fakecuda_set_entry_hook(pieces ? "cuMemUnmap" : "cudaFree", cc_hook);
+    void *x = dmalloc(200 * MiB);
+    cc_check("give_back");
+    CHECK(x != NULL && cudaFree(x) == cudaSuccess);
+    /* The chunk pool grows back to its size; the piece pool creates. */
+    fakecuda_set_entry_hook(pieces ? "cuMemCreate" : "cudaMalloc", cc_hook);
+    void *b = dmalloc(MiB);
+    cc_check("grow");
+    CHECK(b != NULL && cudaFree(b) == cudaSuccess);
+    CHECK(cudaStreamDestroy(cc_stream) == cudaSuccess);
+    return failures;
+}
+
+/* ---- the driver API's allocations ------------------------------------------------------------------ */
+
+/* 512 MiB of 2 MiB blocks allocated and freed, then a sync: the pool holds
+ * that much idle (run with a 512 MiB pool on a 1 GiB device). */
+static void fill_pool(void)
+{
+    static void *p[256];
+    for (int i = 0; i < 256; i++)
+        p[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < 256; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+/* Memory the pool holds idle, which cudaMemGetInfo counts free, serves
+ * the driver API's allocations as it would without the pool: called by
+ * name (libcuda.so.1), or through cuGetProcAddress,
+ * cudaGetDriverEntryPoint[ByVersion]; each is the driver's answer after
+ * the pool gave back. */
+static int driver_api(void)
+{
+    fa_cu_ptr p = 0;
+    fill_pool();
+    CHECK(cuMemAlloc_v2(&p, 600 * MiB) == 0);
+    CHECK(cuMemFree_v2(p) == 0);
+    fill_pool();
+    uint64_t creates = 0; /* where the device supports the virtual-memory calls */
+    if (vmm_expected()) {
+        fa_cu_alloc_prop prop = {.type = FA_CU_ALLOCATION_TYPE_PINNED, .location = {FA_CU_LOCATION_TYPE_DEVICE, 0}};
+        fa_cu_handle h = 0;
+        CHECK(cuMemCreate(&h, 600 * MiB, &prop, 0) == 0);
+        CHECK(cuMemRelease(h) == 0);
+        fill_pool();
+        fa_cu_result (*create)(fa_cu_handle *, size_t, const fa_cu_alloc_prop *, unsigned long long) = NULL;
+        CHECK(cudaGetDriverEntryPoint("cuMemCreate", (void **)&create, 0, NULL) == cudaSuccess && create);
+        CHECK(create && create(&h, 600 * MiB, &prop, 0) == 0);
+        CHECK(cuMemRelease(h) == 0);
+        fill_pool();
+        creates = 2;
+    }
+    fa_cu_result (*async)(fa_cu_ptr *, size_t, cudaStream_t) = NULL;
+    fa_cu_proc_status st = 1;
+    CHECK(cuGetProcAddress_v2("cuMemAllocAsync", (void **)&async, 12000, 0, &st) == 0 && async && st == 0);
+    CHECK(async && async(&p, 600 * MiB, NULL) == 0);
+    CHECK(cuMemFree_v2(p) == 0);
+    fill_pool();
+    fa_cu_result (*alloc)(fa_cu_ptr *, size_t) = NULL;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", (void **)&alloc, 12000, 0, NULL) == cudaSuccess && alloc);
+    CHECK(alloc && alloc(&p, 600 * MiB) == 0);
+    CHECK(cuMemFree_v2(p) == 0);
+    /* Beyond the device: the driver's own error. */
+    CHECK(cuMemAlloc_v2(&p, 2048 * MiB) == 2 /* CUDA_ERROR_OUT_OF_MEMORY */);
+    CHECK(cudaGetLastError() == cudaSuccess); /* the driver API leaves the runtime's last error */
+    printf("counted cuMemAlloc %llu cuMemCreate %llu cuMemAllocAsync %llu\n",
+           (unsigned long long)stat_of("device.passthrough.cuMemAlloc"),
+           (unsigned long long)stat_of("device.passthrough.cuMemCreate"),
+           (unsigned long long)stat_of("device.passthrough.cuMemAllocAsync"));
+    CHECK(stat_of("device.passthrough.cuMemAlloc") == 3 && stat_of("device.passthrough.cuMemCreate") == creates &&
+          stat_of("device.passthrough.cuMemAllocAsync") == 1);
+    void *a = dmalloc(MiB); /* the pool serves again */
+    CHECK(a != NULL && cudaFree(a) == cudaSuccess);
     return failures;
 }
 
@@ -1069,10 +1431,15 @@ static int free_async(void)
         memset(c[i], 9, MiB);
     }
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
-    for (int i = 0; i < 8; i++)
+    bool reused = false; /* after a sync of the pool's (one that pays: a slow machine's pieces cost more) */
+    for (int i = 0; i < 8; i++) {
         CHECK(c[i][0] == 9 && c[i][MiB - 1] == 9); /* not the freed block's queued fill */
-    CHECK(cudaFreeAsync(a, s) == cudaErrorInvalidValue); /* freed twice: refused, as by cudaFree */
-    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+        reused |= c[i] == a;
+    }
+    if (!reused) {
+        CHECK(cudaFreeAsync(a, s) == cudaErrorInvalidValue); /* freed twice: refused, as by cudaFree */
+        CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    }
     /* Larger than a chunk: the driver's block in the chunk pool, a piece of
      * the pool's otherwise; either way it is freed and forgotten. */
     void *big = dmalloc(100 * MiB);
@@ -1451,8 +1818,7 @@ static void sleep_s(double s)
 }
 
 /* capture: a stream capture is under way while the program waits, and ends
- * then: the pool makes no driver call during it (the capture stays valid),
- * and gives back once it is over. */
+ * then: the pool gives back during it, and the capture stays valid. */
 static int giveback(double wait_s, bool capture)
 {
     void *p[48];
@@ -1478,9 +1844,117 @@ static int giveback(double wait_s, bool capture)
         cudaGraph_t g = NULL;
         CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
         CHECK(cudaStreamDestroy(s) == cudaSuccess);
-        sleep_s(2.5);
     }
     printf("pool_bytes %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    return failures;
+}
+
+/* The helper thread's wake-ups: each time it ran, counted from the
+ * context switches of the threads named "forgealloc" (a thread that left
+ * and one started since count as they are seen). */
+static unsigned long helper_switches(pid_t *tid)
+{
+    unsigned long n = 0;
+    *tid = 0;
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        bool helper = f && fgets(line, sizeof line, f) && strcmp(line, "forgealloc\n") == 0;
+        if (f)
+            fclose(f);
+        if (!helper)
+            continue;
+        *tid = (pid_t)atoi(e->d_name);
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        while (fgets(line, sizeof line, f)) {
+            unsigned long v;
+            if (sscanf(line, "voluntary_ctxt_switches: %lu", &v) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %lu", &v) == 1)
+                n += v;
+        }
+        fclose(f);
+    }
+    if (dir)
+        closedir(dir);
+    return n;
+}
+
+/* The live blocks stay above the pool's size, then the program sits
+ * still for 10 s: nothing can be given back, so the helper thread sleeps
+ * (or leaves) instead of looking every second.  Then the blocks are freed:
+ * what was grown goes back after the idle spell.  Run with a 256 MiB pool
+ * on a 1 GiB device. */
+static int idle_helper(void)
+{
+    void *p[24];
+    for (int i = 0; i < 24; i++)
+        p[i] = dmalloc(16 * MiB); /* 384 MiB live */
+    CHECK(stat_of("device.0.pool_bytes") > 256 * MiB);
+    sleep_s(0.2); /* the thread started by the growth looks once */
+    pid_t tid, was;
+    unsigned long base = helper_switches(&was), wakeups = 0, sets = fakecuda_calls("cudaSetDevice");
+    for (int i = 0; i < 100; i++) { /* 10 s */
+        sleep_s(0.1);
+        unsigned long n = helper_switches(&tid);
+        if (tid && tid != was)
+            wakeups++, base = 0; /* a new thread */
+        else if (n > base)
+            wakeups += n - base;
+        if (tid)
+            base = n, was = tid;
+    }
+    sets = fakecuda_calls("cudaSetDevice") - sets;
+    printf("idle_wakeups %lu set_device_calls %lu\n", wakeups, sets);
+    CHECK(wakeups <= 3);
+    for (int i = 0; i < 24; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    sleep_s(11);
+    printf("pool_bytes_after_frees %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    CHECK(stat_of("device.0.pool_bytes") <= 256 * MiB);
+    return failures;
+}
+
+/* pthread_create, made to fail (as at a container's pids limit) while
+ * fail_starts is set; d_pool exports it, so the preloaded library's calls
+ * come here. */
+static int fail_starts;
+__attribute__((visibility("default"))) int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
+                                                      void *arg)
+{
+    static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    if (__atomic_load_n(&fail_starts, __ATOMIC_ACQUIRE))
+        return EAGAIN;
+    if (!real)
+        real = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))dlsym(RTLD_NEXT,
+                                                                                               "pthread_create");
+    return real(t, a, fn, arg);
+}
+
+/* The helper thread cannot start when the pool grows: it is started later,
+ * and what was grown still goes back.  Run with a 256 MiB pool on a 1 GiB
+ * device. */
+static int thread_retry(void)
+{
+    __atomic_store_n(&fail_starts, 1, __ATOMIC_RELEASE);
+    void *p[24];
+    for (int i = 0; i < 24; i++)
+        p[i] = dmalloc(16 * MiB);
+    pid_t tid;
+    helper_switches(&tid);
+    CHECK(tid == 0); /* none could start */
+    __atomic_store_n(&fail_starts, 0, __ATOMIC_RELEASE);
+    sleep_s(1.5);
+    for (int i = 0; i < 24; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    sleep_s(11);
+    printf("pool_bytes_after_frees %llu\n", (unsigned long long)stat_of("device.0.pool_bytes"));
+    CHECK(stat_of("device.0.pool_bytes") <= 256 * MiB);
     return failures;
 }
 
@@ -1525,7 +1999,11 @@ static void *race_pairs_thread(void *arg)
     CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     while (!__atomic_load_n(&race_done, __ATOMIC_ACQUIRE)) {
         void *p = NULL;
-        CHECK(cudaMalloc(&p, 20 * MiB) == cudaSuccess && cudaFree(p) == cudaSuccess);
+        cudaError_t m = cudaMalloc(&p, 20 * MiB), f = m ? cudaSuccess : cudaFree(p);
+        if (m || f)
+            fprintf(stderr, "d_pool: pair %lu: cudaMalloc %d cudaFree %d pool_bytes %llu\n", *pairs, (int)m, (int)f,
+                    (unsigned long long)stat_of("device.0.pool_bytes"));
+        CHECK(m == cudaSuccess && f == cudaSuccess);
         ++*pairs;
     }
     return NULL;
@@ -1548,7 +2026,7 @@ static int capture_race(int n)
     void *a = dmalloc(32 * MiB), *b = dmalloc(32 * MiB); /* the pool is full */
     CHECK(cudaFree(a) == cudaSuccess);                   /* quarantined */
     uint64_t syncs = stat_of("device.0.device_syncs");
-    fakecuda_set_sync_entry_hook(race_hook);
+    fakecuda_set_entry_hook("cudaDeviceSynchronize", race_hook);
     void *c = NULL;
     CHECK(cudaMalloc(&c, 32 * MiB) == cudaSuccess); /* served after the pool's sync */
     CHECK(stat_of("device.0.device_syncs") > syncs);
@@ -1583,6 +2061,60 @@ static int capture_race(int n)
     printf("captures %d invalidated %d pairs %lu syncs %llu\n", n, invalidated, pairs,
            (unsigned long long)stat_of("device.0.device_syncs"));
     CHECK(invalidated == 0);
+    return failures;
+}
+
+/* ---- out of address space ----------------------------------------------------------------------------- */
+
+/* A block the pool's address space cannot place is not one the driver
+ * cannot serve: it goes to the driver without the pool releasing its idle
+ * pieces or synchronising (neither gives address space, the freed block
+ * waiting lies in the other zone).  The device grows past what its pool's
+ * address space was reserved for: run with FAKECUDA_MEM=256M (512 MiB
+ * zones) and a 128 MiB pool. */
+static int no_space(void)
+{
+    void *p[10], *large[4];
+    for (int i = 0; i < 10; i++)
+        p[i] = dmalloc(2 * MiB);
+    for (int i = 0; i < 10; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* idle pieces */
+    fakecuda_set_capacity(0, (size_t)4 << 30);
+    void *q = dmalloc(MiB);
+    CHECK(cudaFree(q) == cudaSuccess); /* waiting in quarantine */
+    for (int i = 0; i < 4; i++) /* 70 MiB blocks take 128 MiB of address space each */
+        large[i] = dmalloc(70 * MiB);
+    uint64_t syncs = stat_of("device.0.device_syncs"), released = stat_of("device.0.pieces_released");
+    uint64_t idle = stat_of("device.0.pieces_idle");
+    void *e = dmalloc(70 * MiB); /* no place left for it */
+    printf("fallback %llu syncs %llu released %llu idle_pieces %llu (before %llu)\n",
+           (unsigned long long)stat_of("device.0.fallback_allocs"),
+           (unsigned long long)(stat_of("device.0.device_syncs") - syncs),
+           (unsigned long long)(stat_of("device.0.pieces_released") - released),
+           (unsigned long long)stat_of("device.0.pieces_idle"), (unsigned long long)idle);
+    CHECK(e != NULL && stat_of("device.0.fallback_allocs") == 1);
+    CHECK(stat_of("device.0.device_syncs") == syncs && stat_of("device.0.pieces_released") == released);
+    CHECK(stat_of("device.0.pieces_idle") == idle);
+    CHECK(cudaFree(e) == cudaSuccess);
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaFree(large[i]) == cudaSuccess);
+    return failures;
+}
+
+/* ---- GPUDirect RDMA ----------------------------------------------------------------------------------- */
+
+/* UCX and NCCL register device memory for GPUDirect RDMA: a pool block can
+ * be, as a cudaMalloc block can, where the device supports it with mapped
+ * memory (FAKECUDA_GDR=1, the stand-in's default); where it does not, the
+ * pool still works (pieces created without the flag). */
+static int rdma(bool supported)
+{
+    void *a = dmalloc(2 * MiB), *b = dmalloc(100 * MiB);
+    CHECK(a && b);
+    printf("rdma_capable %d %d\n", fakecuda_rdma_capable(a), fakecuda_rdma_capable(b));
+    CHECK(fakecuda_rdma_capable(a) == (int)supported && fakecuda_rdma_capable(b) == (int)supported);
+    CHECK(cudaFree(a) == cudaSuccess && cudaFree(b) == cudaSuccess);
     return failures;
 }
 
@@ -1653,6 +2185,30 @@ int main(int argc, char **argv)
         return errors() ? 1 : 0;
     if (strcmp(mode, "capture") == 0)
         return capture() ? 1 : 0;
+    if (strcmp(mode, "twodev_quarantine") == 0)
+        return twodev_quarantine() ? 1 : 0;
+    if (strcmp(mode, "reset_capture") == 0)
+        return reset_capture() ? 1 : 0;
+    if (strcmp(mode, "idle_helper") == 0)
+        return idle_helper() ? 1 : 0;
+    if (strcmp(mode, "thread_retry") == 0)
+        return thread_retry() ? 1 : 0;
+    if (strcmp(mode, "no_space") == 0)
+        return no_space() ? 1 : 0;
+    if (strcmp(mode, "rdma") == 0)
+        return rdma(argc > 2 && strcmp(argv[2], "1") == 0) ? 1 : 0;
+    if (strcmp(mode, "driver_api") == 0)
+        return driver_api() ? 1 : 0;
+    if (strcmp(mode, "sticky") == 0)
+        return sticky() ? 1 : 0;
+    if (strcmp(mode, "sticky_read") == 0)
+        return sticky_read() ? 1 : 0;
+    if (strcmp(mode, "refuse_capture") == 0)
+        return refuse_capture() ? 1 : 0;
+    if (strcmp(mode, "capture_room") == 0)
+        return capture_room() ? 1 : 0;
+    if (strcmp(mode, "capture_calls") == 0)
+        return capture_calls() ? 1 : 0;
     if (strcmp(mode, "capture_free") == 0)
         return capture_free() ? 1 : 0;
     if (strcmp(mode, "capture_race") == 0)
@@ -1688,7 +2244,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
-                    "|reset_race|errors|capture|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|sticky|sticky_read|driver_api|rdma 0|1|no_space|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

@@ -55,10 +55,12 @@ enum {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
     cudaErrorPeerAccessAlreadyEnabled = 704,
     cudaErrorNotSupported = 801,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureImplicit = 906,
     cudaErrorUnknown = 999,
 };
 
@@ -122,6 +124,7 @@ enum {
     X(cudaEventCreate)                      \
     X(cudaEventRecord)                      \
     X(cudaEventSynchronize)                 \
+    X(cudaEventQuery)                       \
     X(cudaEventDestroy)                     \
     X(cudaGetLastError)                     \
     X(cudaPeekAtLastError)                  \
@@ -157,13 +160,19 @@ enum {
     X(cudaGetDriverEntryPoint)              \
     X(cudaGetDriverEntryPointByVersion)
 
-/* The driver functions the stand-in plays: the virtual-memory API, and
+/* The driver functions the stand-in plays: the virtual-memory API,
  * cuMemGetAddressRange (CUresult (CUdeviceptr *base, size_t *size,
  * CUdeviceptr p): the allocation holding p: a cudaMalloc's, or for mapped
  * memory the mapping of the physical piece, as the real driver answers;
- * CUDA_ERROR_NOT_FOUND (500) elsewhere).  Like NVIDIA's they are not
- * exported by libcudart: a program gets them from
- * cudaGetDriverEntryPoint[ByVersion].  Counted by fakecuda_calls too. */
+ * CUDA_ERROR_NOT_FOUND (500) elsewhere), the allocations cuMemAlloc (its
+ * _v2 ABI: CUdeviceptr *, size_t), cuMemFree and cuMemAllocAsync (device
+ * memory on the context's device, as cudaMalloc, cudaFree and
+ * cudaMallocAsync make it; CUDA_ERROR_OUT_OF_MEMORY = 2), and
+ * cuGetProcAddress (its _v2 ABI: the same lookup as
+ * cudaGetDriverEntryPoint, status in *symbolStatus).  Like NVIDIA's they
+ * are not exported by libcudart: a program gets them from
+ * cudaGetDriverEntryPoint[ByVersion], or from libcuda.so.1 (the stand-in's
+ * is fakecudadrv.c).  Counted by fakecuda_calls too. */
 #define FAKECUDA_DRIVER_FUNCS(X)            \
     X(cuDeviceGetAttribute)                 \
     X(cuMemGetAllocationGranularity)        \
@@ -174,7 +183,11 @@ enum {
     X(cuMemMap)                             \
     X(cuMemUnmap)                           \
     X(cuMemSetAccess)                       \
-    X(cuMemGetAddressRange)
+    X(cuMemGetAddressRange)                 \
+    X(cuMemAlloc)                           \
+    X(cuMemFree)                            \
+    X(cuMemAllocAsync)                      \
+    X(cuGetProcAddress)
 
 FAKECUDA_API cudaError_t cudaGetDeviceCount(int *count);
 FAKECUDA_API cudaError_t cudaGetDevice(int *device);
@@ -193,6 +206,7 @@ FAKECUDA_API cudaError_t cudaStreamQuery(cudaStream_t stream);
 FAKECUDA_API cudaError_t cudaEventCreate(cudaEvent_t *event);
 FAKECUDA_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 FAKECUDA_API cudaError_t cudaEventSynchronize(cudaEvent_t event);
+FAKECUDA_API cudaError_t cudaEventQuery(cudaEvent_t event);
 FAKECUDA_API cudaError_t cudaEventDestroy(cudaEvent_t event);
 FAKECUDA_API cudaError_t cudaGetLastError(void);
 FAKECUDA_API cudaError_t cudaPeekAtLastError(void);
@@ -236,6 +250,17 @@ FAKECUDA_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **func
 FAKECUDA_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
                                                           unsigned long long flags, fa_cuda_entry_status *driverStatus);
 
+/* The stand-in libcuda.so.1's exports (fakecudadrv.c): the driver functions
+ * as a program linked with libcuda calls them (cuda.h maps cuMemAlloc to
+ * cuMemAlloc_v2 and cuGetProcAddress to cuGetProcAddress_v2). */
+fa_cu_result cuMemAlloc_v2(fa_cu_ptr *p, size_t n);
+fa_cu_result cuMemFree_v2(fa_cu_ptr p);
+fa_cu_result cuMemAllocAsync(fa_cu_ptr *p, size_t n, cudaStream_t s);
+fa_cu_result cuMemAllocAsync_ptsz(fa_cu_ptr *p, size_t n, cudaStream_t s);
+fa_cu_result cuMemCreate(fa_cu_handle *h, size_t n, const fa_cu_alloc_prop *prop, unsigned long long flags);
+fa_cu_result cuMemRelease(fa_cu_handle h);
+fa_cu_result cuGetProcAddress_v2(const char *sym, void **fn, int version, fa_cu_u64 flags, fa_cu_proc_status *st);
+
 /* ---- test hooks -------------------------------------------------------------
  * Not CUDA functions: they are neither counted nor traced.  Passing a device
  * ordinal outside [0, device count) is a bug in the test: the hook prints a
@@ -251,6 +276,23 @@ FAKECUDA_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, vo
  * fakecudart.c).  On a capturing stream it is recorded and never runs.  A
  * failure sets the thread's last error, as a failed kernel launch does. */
 FAKECUDA_API int fakecuda_enqueue_fill(cudaStream_t s, void *dst, int byte, size_t len);
+
+/* Queue on stream s a "kernel" that faults with an illegal address when
+ * the stream's work lands: from then on the context of the stream's
+ * device is in a sticky error (cudaErrorIllegalAddress), as on a GPU:
+ * the call that lands it and every later call that needs the context
+ * return the error (cudaMalloc without making it the thread's last error),
+ * except those a GPU still answered (cudaGetDevice, cudaSetDevice,
+ * cudaGetDeviceCount, cudaThreadExchangeStreamCaptureMode,
+ * cudaPointerGetAttributes, the error and version queries, the driver
+ * lookups and virtual-memory calls) and cudaDeviceReset, which does not
+ * end it.  Returns as fakecuda_enqueue_fill does. */
+FAKECUDA_API int fakecuda_enqueue_fault(cudaStream_t s);
+
+/* The stand-in's driver function of that name (FAKECUDA_DRIVER_FUNCS), or
+ * NULL: what the stand-in libcuda.so.1 (fakecudadrv.c) forwards to,
+ * without a runtime call a shim could see. */
+FAKECUDA_API void *fakecuda_driver_function(const char *name);
 
 /* Calls made to the runtime function called fn (e.g. "cudaMalloc"), 0 for
  * an unknown name; and setting every counter back to 0. */
@@ -278,6 +320,11 @@ FAKECUDA_API int fakecuda_device_of(const void *p);
  * it): a real GPU raises an illegal-address fault there.  They write nothing. */
 FAKECUDA_API unsigned long fakecuda_faults(int device);
 
+/* Whether device memory at p can be registered for GPUDirect RDMA (by
+ * UCX, NCCL's network plugins): cudaMalloc memory can, mapped memory only
+ * where its piece was created with allocFlags.gpuDirectRDMACapable. */
+FAKECUDA_API int fakecuda_rdma_capable(const void *p);
+
 /* Bytes of the device's physical pieces (cuMemCreate) not yet freed, and
  * how many of those bytes are mapped somewhere. */
 FAKECUDA_API size_t fakecuda_pieces(int device);
@@ -298,11 +345,12 @@ FAKECUDA_API void fakecuda_set_sync_error(int err);
  * queued it returns at once. */
 FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms);
 
-/* Run fn once, on the thread of the next cudaDeviceSynchronize, as that
- * call enters and before it does anything (the stand-in's lock not held):
- * a thread held up between deciding to synchronise and the call, while
- * other threads go on. */
-FAKECUDA_API void fakecuda_set_sync_entry_hook(void (*fn)(void));
+/* Run hook once, on the thread of the next call of the runtime or driver
+ * function named fn (e.g. "cudaDeviceSynchronize"), as that call enters
+ * and before it does anything (the stand-in's lock not held): a thread
+ * held up between deciding to make the call and the call, while other
+ * threads go on.  An unknown name aborts. */
+FAKECUDA_API void fakecuda_set_entry_hook(const char *fn, void (*hook)(void));
 
 /* The bytes of an IPC handle from cudaIpcGetMemHandle: this struct at the
  * start of the 64-byte handle, the rest zero. */

@@ -3,20 +3,27 @@
  *   with 512-byte first-fit placement within a capacity (FAKECUDA_MEM[_<n>]); per-thread current device, last error
  *   and capture mode; streams and events whose work (fills, copies, event records, async frees) is queued and lands
  *   only at synchronisation points, with the legacy stream's implicit ordering; stream capture and its invalidation
- *   by illegal calls; destroyed streams (handles never reused, calls naming them counted: fakecuda_stale_stream_uses); pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
+ *   by illegal calls, with the rules an H200 (CUDA 13.0, driver 580) showed: synchronising the device is refused in
+ *   every mode, the potentially unsafe calls (cudaMalloc, cudaFree, cudaMallocAsync on a stream not being
+ *   captured, waiting for or querying another stream or an event) are refused where the thread's capture mode
+ *   prohibits them, the virtual-memory calls and cudaMemGetInfo are always allowed, and work on the legacy stream
+ *   while a blocking stream captures is refused with cudaErrorStreamCaptureImplicit; destroyed streams (handles never reused, calls naming them counted: fakecuda_stale_stream_uses); pointer attributes (mapped pieces are device memory); IPC handles; fork (driver calls in the
  *   child fail, as in CUDA); peer access to cudaMalloc memory; the driver's virtual-memory API (cuMemCreate, cuMemMap,
  *   ...: see "virtual memory" below) and cuMemGetAddressRange, reached only through
- *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it,
+ *   cudaGetDriverEntryPoint[ByVersion]; FAKECUDA_VMM=0 makes devices report no support for it, FAKECUDA_GDR=0 none
+ *   for GPUDirect RDMA with it (pieces asked to be RDMA capable are refused then),
  *   FAKECUDA_VMM=noentry makes the entry points find nothing; FAKECUDA_DELAY_MS=N (0..60000) makes cudaMalloc,
  *   cuMemCreate and cuMemAddressReserve slow: each takes effect (and is counted) at once and returns N ms later,
  *   the stand-in's lock not held meanwhile, so other threads' calls run while the caller waits;
  *   FAKECUDA_SYNC_DELAY_MS=N (0..60000) makes cudaDeviceSynchronize wait N ms, lock not held, before the device's
  *   work lands (a GPU with that much work queued); fakecuda_set_sync_error makes it fail; FAKECUDA_VM_US=N
  *   (0..60000) makes cuMemCreate, cuMemMap and cuMemSetAccess take N microseconds each, lock not held (on an
- *   H100 they took 13-22, 1-2 and 30-60).
+ *   H100 they took 13-22, 1-2 and 30-60); sticky errors (fakecuda_enqueue_fault: after a kernel's illegal address
+ *   every call that needs the context returns it, as on an H200).
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
- *   event timing, sticky errors, per-thread default streams (they are the legacy stream), managed-memory migration.
+ *   event timing, per-thread default streams (they are the legacy stream), managed-memory migration, the first
+ *   cudaGetLastError after a sticky error leaving it set once more (seen on an H200).
  * Internal code never calls an exported function: a shim interposing one sees exactly the program's calls. */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -42,7 +49,7 @@
 /* ---- state ----------------------------------------------------------------- */
 
 /* One queued operation on a stream. */
-enum op_kind { OP_FILL, OP_COPY, OP_EVENT, OP_FREE };
+enum op_kind { OP_FILL, OP_COPY, OP_EVENT, OP_FREE, OP_FAULT };
 struct op {
     struct op *next;
     uint64_t seq; /* issue order, process-wide */
@@ -103,6 +110,7 @@ struct device {
     struct CUstream_st legacy;
     unsigned peers;        /* bit p: cudaDeviceEnablePeerAccess(p) was called with this device current */
     unsigned long faults;  /* queued work that landed on memory the device cannot reach */
+    cudaError_t sticky;    /* the context's sticky error (fakecuda_enqueue_fault), 0: none */
 };
 
 /* The driver's virtual-memory API.  A physical piece (cuMemCreate) is only
@@ -120,6 +128,7 @@ struct vm_piece {
     size_t size;
     int maps;     /* mappings of it */
     int released; /* cuMemRelease was called: freed when the last mapping goes */
+    int rdma;     /* created GPUDirect RDMA capable (allocFlags.gpuDirectRDMACapable) */
 };
 struct vm_reservation {
     struct vm_reservation *next;
@@ -155,9 +164,11 @@ static struct {
     unsigned delay_ms;         /* FAKECUDA_DELAY_MS */
     unsigned sync_delay_ms;    /* FAKECUDA_SYNC_DELAY_MS */
     unsigned vm_us;            /* FAKECUDA_VM_US */
+    int gdr;                   /* FAKECUDA_GDR: GPUDirect RDMA with the virtual-memory API (default 1) */
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
     unsigned busy_sync_ms;     /* fakecuda_set_busy_sync_ms */
-    void (*sync_entry_hook)(void); /* fakecuda_set_sync_entry_hook */
+    void (*entry_hook)(void);       /* fakecuda_set_entry_hook */
+    int entry_hook_fn;              /* the FN_ of the call it waits for */
     struct vm_piece *pieces;
     struct vm_reservation *reservations;
     struct vm_reservation *freed_va; /* address space given back: work landing there faults */
@@ -246,11 +257,14 @@ static const struct err_desc err_table[] = {
     {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
     {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
      "operation not permitted when stream is capturing"},
     {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
      "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
@@ -324,6 +338,13 @@ static void init_locked(void)
         else if (strcmp(e, "1") != 0)
             say("fakecuda: ignoring FAKECUDA_VMM=%s (want 1, 0 or noentry)", e);
     }
+    g.gdr = 1;
+    if ((e = getenv("FAKECUDA_GDR"))) {
+        if (strcmp(e, "0") == 0 || strcmp(e, "1") == 0)
+            g.gdr = *e == '1';
+        else
+            say("fakecuda: ignoring FAKECUDA_GDR=%s (want 1 or 0)", e);
+    }
     env_ms("FAKECUDA_DELAY_MS", &g.delay_ms);
     env_ms("FAKECUDA_SYNC_DELAY_MS", &g.sync_delay_ms);
     env_ms("FAKECUDA_VM_US", &g.vm_us);
@@ -374,9 +395,48 @@ static int needs_driver(enum fc_fn fn)
     }
 }
 
+/* After a sticky error of its context (fakecuda_enqueue_fault), every
+ * call that needs the context returns that error; these still answered
+ * on an H200 with CUDA 13.0 (and the virtual-memory calls and lookups,
+ * which need none): */
+static int sticky_spares(enum fc_fn fn)
+{
+    switch (fn) {
+    case FN_cudaGetDevice:
+    case FN_cudaSetDevice:
+    case FN_cudaGetDeviceCount:
+    case FN_cudaThreadExchangeStreamCaptureMode:
+    case FN_cudaPointerGetAttributes:
+    case FN_cudaDeviceReset:
+    case FN_cudaGetDriverEntryPoint:
+    case FN_cudaGetDriverEntryPointByVersion:
+    case FN_cuDeviceGetAttribute:
+    case FN_cuMemGetAllocationGranularity:
+    case FN_cuMemAddressReserve:
+    case FN_cuMemAddressFree:
+    case FN_cuMemCreate:
+    case FN_cuMemRelease:
+    case FN_cuMemMap:
+    case FN_cuMemUnmap:
+    case FN_cuMemSetAccess:
+    case FN_cuMemGetAddressRange:
+    case FN_cuGetProcAddress:
+        return 1;
+    default:
+        return !needs_driver(fn);
+    }
+}
+
+/* The sticky error a call of fn meets now on the thread's device, or 0. */
+static cudaError_t sticky_for(enum fc_fn fn)
+{
+    return g.ndev && !sticky_spares(fn) ? g.dev[tl_device].sticky : cudaSuccess;
+}
+
 /* Count the call and take the lock.  Returns cudaErrorInitializationError
  * for a driver call in a child forked after the parent used the driver (as
- * CUDA does: it cannot be used across fork), else cudaSuccess. */
+ * CUDA does: it cannot be used across fork), the context's sticky error
+ * where the call meets it, else cudaSuccess. */
 static cudaError_t enter_counted(enum fc_fn fn)
 {
     lock();
@@ -385,11 +445,23 @@ static cudaError_t enter_counted(enum fc_fn fn)
     if (g.forked_child)
         return cudaErrorInitializationError;
     __atomic_store_n(&g.driver_used, 1, __ATOMIC_RELAXED);
-    return cudaSuccess;
+    return sticky_for(fn);
+}
+
+/* fakecuda_set_entry_hook: run on the thread of the next call of its
+ * function, as the call enters (the lock not held). */
+static void entry_hook(enum fc_fn fn)
+{
+    if (__atomic_load_n(&g.entry_hook_fn, __ATOMIC_ACQUIRE) != (int)fn)
+        return;
+    void (*hook)(void) = __atomic_exchange_n(&g.entry_hook, NULL, __ATOMIC_ACQ_REL);
+    if (hook)
+        hook();
 }
 
 static cudaError_t enter(enum fc_fn fn)
 {
+    entry_hook(fn);
     count_call(fn);
     return enter_counted(fn);
 }
@@ -402,6 +474,7 @@ static cudaError_t enter(enum fc_fn fn)
  * the lock as enter() does, with *rc set the same way. */
 static bool enter_local(enum fc_fn fn, cudaError_t *rc)
 {
+    entry_hook(fn);
     count_call(fn);
     if (!__atomic_load_n(&g.ready, __ATOMIC_ACQUIRE) || g.trace) {
         *rc = enter_counted(fn);
@@ -438,6 +511,11 @@ __attribute__((constructor)) static void register_fork_handlers(void)
  * (cudaErrorNotReady is a status, not an error), unlock, return rc. */
 static cudaError_t vleave(enum fc_fn fn, cudaError_t rc, int record, const char *fmt, va_list ap)
 {
+    if (!rc && needs_driver(fn) && !g.forked_child)
+        rc = sticky_for(fn); /* the call itself landed the fault */
+    /* cudaMalloc returns a sticky error without making it the last error */
+    if (fn == FN_cudaMalloc && rc && rc == sticky_for(fn))
+        record = 0;
     if (record && rc != cudaSuccess && rc != cudaErrorNotReady)
         tl_last_error = rc;
     if (g.trace) {
@@ -781,12 +859,34 @@ static struct CUevent_st *find_event(cudaEvent_t e)
 
 static int is_blocking(const struct CUstream_st *s) { return !(s->flags & cudaStreamNonBlocking); }
 
-/* Queue a copy of *tmpl on s.  *seq gets its sequence number, or 0 when it
- * was not queued: on a capturing stream work is recorded into the graph,
- * which never runs here. */
-static cudaError_t enqueue(struct CUstream_st *s, const struct op *tmpl, uint64_t *seq)
+/* Work on the legacy stream (named NULL or cudaStreamLegacy) waits for
+ * every blocking stream of its device: while one of those is being
+ * captured, that dependency is not allowed, and the work is refused with
+ * cudaErrorStreamCaptureImplicit and invalidates the capture (as an
+ * H200 with CUDA 13.0 did for cudaEventRecord on stream 0; the per-thread
+ * stream, which the stand-in runs as the legacy one, did not). */
+static cudaError_t implicit_capture_conflict(cudaStream_t h, const struct CUstream_st *s)
+{
+    if (!s->is_legacy || h == cudaStreamPerThread)
+        return cudaSuccess;
+    cudaError_t rc = cudaSuccess;
+    for (struct CUstream_st *t = g.streams; t; t = t->next)
+        if (t->device == s->device && is_blocking(t) && t->cap_status != cudaStreamCaptureStatusNone) {
+            t->cap_status = cudaStreamCaptureStatusInvalidated;
+            rc = cudaErrorStreamCaptureImplicit;
+        }
+    return rc;
+}
+
+/* Queue a copy of *tmpl on s (named h).  *seq gets its sequence number,
+ * or 0 when it was not queued: on a capturing stream work is recorded into
+ * the graph, which never runs here. */
+static cudaError_t enqueue(struct CUstream_st *s, cudaStream_t h, const struct op *tmpl, uint64_t *seq)
 {
     *seq = 0;
+    cudaError_t rc = implicit_capture_conflict(h, s);
+    if (rc)
+        return rc;
     if (s->cap_status == cudaStreamCaptureStatusInvalidated)
         return cudaErrorStreamCaptureInvalidated;
     if (s->cap_status == cudaStreamCaptureStatusActive)
@@ -809,7 +909,6 @@ static cudaError_t enqueue(struct CUstream_st *s, const struct op *tmpl, uint64_
 }
 
 static void land_stream(struct CUstream_st *s, uint64_t upto);
-static void vm_reset_device(int dev);
 
 /* Before an operation issued at seq on s runs, the real device finishes the
  * work it implicitly waits for: an operation on the legacy stream waits for
@@ -858,6 +957,10 @@ static void apply(struct op *o)
         break; /* a marker: events wait for it */
     case OP_FREE:
         release_alloc(o->target);
+        break;
+    case OP_FAULT: /* a kernel's illegal address: the context is unusable from now on */
+        if (!g.dev[o->device].sticky)
+            g.dev[o->device].sticky = cudaErrorIllegalAddress;
         break;
     }
 }
@@ -997,15 +1100,21 @@ static cudaError_t do_set_device(int d)
     return cudaSuccess;
 }
 
+/* During a capture the rule for potentially unsafe calls is applied
+ * before the arguments are looked at: cudaMalloc(NULL, n) is refused, and
+ * invalidates, where the mode prohibits the call.  (Which comes first in
+ * the real runtime has not been measured; the stricter order is modelled,
+ * so the shim does not rely on the other.) */
 static cudaError_t do_malloc(void **p, size_t n)
 {
-    if (!p)
-        return cudaErrorInvalidValue;
-    *p = NULL;
     int dev;
     cudaError_t rc = current_device(&dev);
     if (!rc)
         rc = check_unsafe_allowed();
+    if (!rc && !p)
+        rc = cudaErrorInvalidValue;
+    if (p)
+        *p = NULL;
     if (!rc && n)
         rc = device_alloc(dev, n, AK_DEVICE, p);
     return rc;
@@ -1121,9 +1230,11 @@ static cudaError_t do_device_reset(void)
         forget_frees_on(s, dev);
     for (int i = 0; i < g.ndev; i++)
         forget_frees_on(&g.dev[i].legacy, dev);
+    /* Physical pieces (cuMemCreate) and their mappings belong to no
+     * context: cuda.h says a context's destruction leaves them, to be
+     * released explicitly. */
     while (d->allocs)
         release_alloc(d->allocs);
-    vm_reset_device(dev);
     if (d->base)
         madvise(d->base, d->mapped, MADV_DONTNEED);
     return cudaSuccess;
@@ -1180,18 +1291,25 @@ static cudaError_t do_stream_destroy(cudaStream_t h)
     return cudaSuccess;
 }
 
+/* During a capture, synchronising a created stream that is not being
+ * captured is a potentially unsafe call (as on an H200, CUDA 13.0: legal
+ * in relaxed mode and for another thread's thread-local capture); the
+ * capturing stream itself, and the legacy stream (not measured), are
+ * refused as every synchronisation is. */
 static cudaError_t do_stream_synchronize(cudaStream_t h)
 {
     struct CUstream_st *s;
     cudaError_t rc = resolve_stream(h, &s);
     if (!rc)
-        rc = check_sync_allowed();
+        rc = s->is_legacy || s->cap_status != cudaStreamCaptureStatusNone ? check_sync_allowed()
+                                                                          : check_unsafe_allowed();
     if (!rc)
         land_stream(s, UINT64_MAX);
     return rc;
 }
 
-/* Querying a capturing stream is illegal and invalidates its capture. */
+/* Querying a capturing stream is illegal and invalidates its capture;
+ * querying another is a potentially unsafe call. */
 static cudaError_t do_stream_query(cudaStream_t h)
 {
     struct CUstream_st *s;
@@ -1202,6 +1320,8 @@ static cudaError_t do_stream_query(cudaStream_t h)
         s->cap_status = cudaStreamCaptureStatusInvalidated;
         return cudaErrorStreamCaptureUnsupported;
     }
+    if ((rc = check_unsafe_allowed()))
+        return rc;
     return s->pending ? cudaErrorNotReady : cudaSuccess;
 }
 
@@ -1236,7 +1356,7 @@ static cudaError_t do_event_record(cudaEvent_t h, cudaStream_t sh)
         return cudaErrorInvalidResourceHandle;
     const struct op o = {.kind = OP_EVENT};
     uint64_t seq;
-    if ((rc = enqueue(s, &o, &seq)))
+    if ((rc = enqueue(s, sh, &o, &seq)))
         return rc;
     /* A record inside a capture belongs to the graph: nothing to wait for. */
     e->stream_id = seq ? s->id : 0;
@@ -1244,18 +1364,34 @@ static cudaError_t do_event_record(cudaEvent_t h, cudaStream_t sh)
     return cudaSuccess;
 }
 
+/* Waiting for an event, and asking whether it happened, are potentially
+ * unsafe calls during a capture (as on an H200, CUDA 13.0). */
 static cudaError_t do_event_synchronize(cudaEvent_t h)
 {
     struct CUevent_st *e = find_event(h);
     if (!e)
         return cudaErrorInvalidResourceHandle;
-    cudaError_t rc = check_sync_allowed();
+    cudaError_t rc = check_unsafe_allowed();
     if (rc)
         return rc;
     struct CUstream_st *s = e->stream_id ? stream_by_id(e->stream_id) : NULL;
     if (s) /* a destroyed stream's work has landed already */
         land_stream(s, e->seq);
     return cudaSuccess;
+}
+
+/* Work lands only when someone synchronises: the event happened once its
+ * record has landed. */
+static cudaError_t do_event_query(cudaEvent_t h)
+{
+    struct CUevent_st *e = find_event(h);
+    if (!e)
+        return cudaErrorInvalidResourceHandle;
+    cudaError_t rc = check_unsafe_allowed();
+    if (rc)
+        return rc;
+    struct CUstream_st *s = e->stream_id ? stream_by_id(e->stream_id) : NULL;
+    return s && s->head && s->head->seq <= e->seq ? cudaErrorNotReady : cudaSuccess;
 }
 
 static cudaError_t do_event_destroy(cudaEvent_t h)
@@ -1363,7 +1499,7 @@ static cudaError_t do_memcpy_async(void *dst, const void *src, size_t n, int kin
         return rc;
     const struct op o = {.kind = OP_COPY, .dst = dst, .src = src, .len = n};
     uint64_t seq;
-    return enqueue(s, &o, &seq);
+    return enqueue(s, h, &o, &seq);
 }
 
 static cudaError_t do_memset_async(void *p, int value, size_t n, cudaStream_t h)
@@ -1376,7 +1512,7 @@ static cudaError_t do_memset_async(void *p, int value, size_t n, cudaStream_t h)
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FILL, .dst = p, .byte = (unsigned char)value, .len = n};
     uint64_t seq;
-    return enqueue(s, &o, &seq);
+    return enqueue(s, h, &o, &seq);
 }
 
 /* Stream-ordered allocation is legal during capture; the memory is
@@ -1392,6 +1528,8 @@ static cudaError_t do_malloc_async(void **p, size_t n, cudaStream_t h)
         return rc;
     if (s->cap_status == cudaStreamCaptureStatusInvalidated)
         return cudaErrorStreamCaptureInvalidated;
+    if (s->cap_status == cudaStreamCaptureStatusNone && (rc = check_unsafe_allowed()))
+        return rc; /* on a stream not being captured: a potentially unsafe call */
     if (!n)
         return cudaSuccess;
     rc = device_alloc(s->device, n, AK_ASYNC, p);
@@ -1418,7 +1556,7 @@ static cudaError_t do_free_async(void *p, cudaStream_t h)
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FREE, .target = a};
     uint64_t seq;
-    if ((rc = enqueue(s, &o, &seq)))
+    if ((rc = enqueue(s, h, &o, &seq)))
         return rc;
     if (seq)
         a->free_queued = 1;
@@ -1564,7 +1702,7 @@ static cudaError_t do_enqueue_fill(cudaStream_t h, void *dst, int byte, size_t l
         return cudaErrorInvalidValue;
     const struct op o = {.kind = OP_FILL, .dst = dst, .byte = (unsigned char)byte, .len = len};
     uint64_t seq;
-    return enqueue(s, &o, &seq);
+    return enqueue(s, h, &o, &seq);
 }
 
 /* ---- virtual memory (the driver API) ---------------------------------------------------
@@ -1665,13 +1803,15 @@ static int whole_mappings(const char *va, size_t n)
     return n ? count : -1;
 }
 
+/* The device attributes the stand-in knows: virtual-memory support, and
+ * GPUDirect RDMA with it (an H200 reports 1). */
 static int do_cu_get_attribute(int *v, fa_cu_attr a, int dev)
 {
     if (dev < 0 || dev >= g.ndev)
         return CU_INVALID_DEVICE;
-    if (!v || a != FA_CU_ATTR_VMM_SUPPORTED)
+    if (!v || (a != FA_CU_ATTR_VMM_SUPPORTED && a != FA_CU_ATTR_GDR_VMM_SUPPORTED))
         return CU_INVALID;
-    *v = g.vmm == 1;
+    *v = g.vmm == 1 && (a == FA_CU_ATTR_VMM_SUPPORTED || g.gdr);
     return CU_OK;
 }
 
@@ -1743,7 +1883,7 @@ static int do_cu_create(fa_cu_handle *h, size_t size, const fa_cu_alloc_prop *p,
 {
     if (!h || !prop_ok(p) || !size || !granular(size) || flags)
         return CU_INVALID;
-    if (!vmm_ok(p->location.id))
+    if (!vmm_ok(p->location.id) || (p->allocFlags.gpuDirectRDMACapable && !g.gdr))
         return CU_NOT_SUPPORTED;
     struct device *d = &g.dev[p->location.id];
     if (d->used > d->capacity || size > d->capacity - d->used)
@@ -1755,6 +1895,7 @@ static int do_cu_create(fa_cu_handle *h, size_t size, const fa_cu_alloc_prop *p,
     }
     pc->device = p->location.id;
     pc->size = size;
+    pc->rdma = p->allocFlags.gpuDirectRDMACapable != 0;
     pc->next = g.pieces;
     if (g.pieces)
         g.pieces->prev = pc;
@@ -1878,24 +2019,6 @@ static int do_cu_address_range(fa_cu_ptr *base, size_t *size, fa_cu_ptr ptr)
     return CU_OK;
 }
 
-/* A device reset frees the device's physical pieces and their mappings;
- * reserved address space stays. */
-static void vm_reset_device(int dev)
-{
-    for (struct vm_mapping *m = g.mappings, *next; m; m = next) {
-        next = m->next;
-        if (m->piece->device == dev) {
-            m->piece->released = 1;
-            unmap_one(m);
-        }
-    }
-    for (struct vm_piece *pc = g.pieces, *next; pc; pc = next) {
-        next = pc->next;
-        if (pc->device == dev)
-            piece_free(pc);
-    }
-}
-
 static cudaError_t do_enable_peer_access(int peer, unsigned flags)
 {
     int dev;
@@ -1988,9 +2111,6 @@ FAKECUDA_API cudaError_t cudaDeviceReset(void)
 
 FAKECUDA_API cudaError_t cudaDeviceSynchronize(void)
 {
-    void (*hook)(void) = __atomic_exchange_n(&g.sync_entry_hook, NULL, __ATOMIC_ACQ_REL);
-    if (hook)
-        hook(); /* the caller is held up on its way in, lock not held */
     cudaError_t rc = enter(FN_cudaDeviceSynchronize);
     if (!rc && g.sync_error)
         rc = g.sync_error; /* nothing lands, as after a sticky error */
@@ -2080,6 +2200,14 @@ FAKECUDA_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
     if (!rc)
         rc = do_event_synchronize(event);
     return leave(FN_cudaEventSynchronize, rc, "event=%p", (void *)event);
+}
+
+FAKECUDA_API cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    cudaError_t rc = enter(FN_cudaEventQuery);
+    if (!rc)
+        rc = do_event_query(event);
+    return leave(FN_cudaEventQuery, rc, "event=%p", (void *)event);
 }
 
 FAKECUDA_API cudaError_t cudaEventDestroy(cudaEvent_t event)
@@ -2355,10 +2483,30 @@ FAKECUDA_API cudaError_t cudaDriverGetVersion(int *driverVersion)
 
 /* ---- test hooks ------------------------------------------------------------------------- */
 
+FAKECUDA_API int fakecuda_enqueue_fault(cudaStream_t h)
+{
+    lock();
+    struct CUstream_st *s;
+    cudaError_t rc = g.forked_child ? cudaErrorInitializationError : sticky_for(FN_cudaMalloc);
+    if (!rc)
+        rc = resolve_stream(h, &s);
+    if (!rc) {
+        const struct op o = {.kind = OP_FAULT};
+        uint64_t seq;
+        rc = enqueue(s, h, &o, &seq);
+    }
+    if (rc)
+        tl_last_error = rc;
+    unlock();
+    return rc;
+}
+
 FAKECUDA_API int fakecuda_enqueue_fill(cudaStream_t s, void *dst, int byte, size_t len)
 {
     lock();
-    cudaError_t rc = g.forked_child ? cudaErrorInitializationError : do_enqueue_fill(s, dst, byte, len);
+    cudaError_t rc = g.forked_child ? cudaErrorInitializationError : sticky_for(FN_cudaMalloc);
+    if (!rc)
+        rc = do_enqueue_fill(s, dst, byte, len);
     if (rc)
         tl_last_error = rc;
     unlock();
@@ -2438,6 +2586,15 @@ FAKECUDA_API int fakecuda_device_of(const void *p)
 
 /* ---- the driver functions (reached through the entry points only) ------------------------ */
 
+/* The driver's code for a runtime error the implementations return (the
+ * two numberings agree for these). */
+static int cu_result(cudaError_t e)
+{
+    return e == cudaErrorMemoryAllocation ? CU_OOM : e == cudaErrorInitializationError ? 3 : (int)e;
+}
+
+static cudaError_t entry_point(const char *sym, void **fn, fa_cuda_entry_status *st);
+
 #define FC_DRIVER(name, params, call, fmt, ...)                              \
     static fa_cu_result fc_##name params                                     \
     {                                                                        \
@@ -2465,6 +2622,13 @@ FC_DRIVER(cuMemSetAccess, (fa_cu_ptr p, size_t size, const fa_cu_access_desc *d,
           do_cu_set_access(p, size, d, n), "ptr=%llx size=%zu n=%zu", p, size, n)
 FC_DRIVER(cuMemGetAddressRange, (fa_cu_ptr *base, size_t *size, fa_cu_ptr p), do_cu_address_range(base, size, p),
           "ptr=%llx", p)
+FC_DRIVER(cuMemAlloc, (fa_cu_ptr *p, size_t size), cu_result(do_malloc((void **)p, size)), "size=%zu", size)
+FC_DRIVER(cuMemFree, (fa_cu_ptr p), cu_result(do_free((void *)(uintptr_t)p)), "ptr=%llx", p)
+FC_DRIVER(cuMemAllocAsync, (fa_cu_ptr *p, size_t size, cudaStream_t s), cu_result(do_malloc_async((void **)p, size, s)),
+          "size=%zu stream=%p", size, (void *)s)
+FC_DRIVER(cuGetProcAddress, (const char *sym, void **fn, int version, fa_cu_u64 flags, fa_cu_proc_status *st),
+          cu_result(flags > 2 || version < 10020 ? cudaErrorInvalidValue : entry_point(sym, fn, st)), "symbol=%s",
+          sym ? sym : "(null)")
 #undef FC_DRIVER
 
 static const struct {
@@ -2487,6 +2651,15 @@ static cudaError_t entry_point(const char *sym, void **fn, fa_cuda_entry_status 
     if (st)
         *st = *fn ? 0 : 1; /* cudaDriverEntryPointSuccess, cudaDriverEntryPointSymbolNotFound */
     return cudaSuccess;
+}
+
+FAKECUDA_API void *fakecuda_driver_function(const char *name)
+{
+    void *fn = NULL;
+    for (size_t i = 0; name && i < sizeof driver_entries / sizeof driver_entries[0]; i++)
+        if (strcmp(driver_entries[i].name, name) == 0)
+            fn = driver_entries[i].fn;
+    return fn;
 }
 
 FAKECUDA_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
@@ -2547,7 +2720,19 @@ FAKECUDA_API void fakecuda_set_busy_sync_ms(unsigned ms)
     unlock();
 }
 
-FAKECUDA_API void fakecuda_set_sync_entry_hook(void (*fn)(void)) { __atomic_store_n(&g.sync_entry_hook, fn, __ATOMIC_RELEASE); }
+FAKECUDA_API void fakecuda_set_entry_hook(const char *fn, void (*hook)(void))
+{
+    int which = -1;
+    for (int i = 0; fn && i < FN_COUNT; i++)
+        if (strcmp(fn_names[i], fn) == 0)
+            which = i;
+    if (which < 0) {
+        say("fakecuda: fakecuda_set_entry_hook: no function %s", fn ? fn : "(null)");
+        abort();
+    }
+    __atomic_store_n(&g.entry_hook, hook, __ATOMIC_RELEASE);
+    __atomic_store_n(&g.entry_hook_fn, which, __ATOMIC_RELEASE);
+}
 
 FAKECUDA_API size_t fakecuda_pieces(int device)
 {
@@ -2559,6 +2744,15 @@ FAKECUDA_API size_t fakecuda_pieces(int device)
         n += pc->device == device ? pc->size : 0;
     unlock();
     return n;
+}
+
+FAKECUDA_API int fakecuda_rdma_capable(const void *p)
+{
+    lock();
+    struct vm_mapping *m = mapping_at(p);
+    int yes = m ? m->piece->rdma : device_alloc_at(p) != NULL;
+    unlock();
+    return yes;
 }
 
 FAKECUDA_API size_t fakecuda_mapped(int device)

@@ -602,6 +602,7 @@ static void test_capture(void)
     EXPECT(cudaMemsetAsync(b, 3, 16, s), cudaErrorStreamCaptureInvalidated);
     EXPECT(fakecuda_enqueue_fill(s, b, 3, 16), cudaErrorStreamCaptureInvalidated);
     EXPECT(cudaMallocPitch(&p, &(size_t){0}, 10, 10), cudaErrorStreamCaptureUnsupported);
+    EXPECT(cudaMalloc(NULL, 512), cudaErrorStreamCaptureUnsupported); /* the capture rule before the arguments */
     gr = (cudaGraph_t)&gr;
     EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
     CHECK(gr == NULL, "no graph from an invalidated capture");
@@ -716,10 +717,58 @@ static void test_capture(void)
     OK(cudaFreeHost(h));
     EXPECT(cudaGetLastError(), cudaErrorStreamCaptureInvalidated);
 
-    /* cudaStreamQuery of another stream is fine */
+    /* Waiting for or asking about other streams and events, and
+     * cudaMallocAsync on a stream not being captured, are potentially
+     * unsafe calls, as on an H200 with CUDA 13.0: refused in global mode
+     * on the capturing thread, fine in relaxed mode and on another thread
+     * during a thread-local capture. */
+    ILLEGAL_DURING_CAPTURE(cudaStreamQuery(s2));
+    ILLEGAL_DURING_CAPTURE(cudaEventQuery(e));
+    ILLEGAL_DURING_CAPTURE(cudaMallocAsync(&q, 512, s2));
+    OK(fakecuda_enqueue_fill(s2, b, 6, 16));
+    OK(cudaEventRecord(e, s2));
+    OK(fakecuda_enqueue_fill(s2, b, 7, 16));
     OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(cudaEventQuery(e), cudaErrorNotReady); /* its record has not landed */
+    EXPECT(cudaStreamQuery(s2), cudaErrorNotReady);
+    OK(cudaEventSynchronize(e));
+    CHECK(all(b, 6, 16), "the event's work landed");
+    OK(cudaEventQuery(e));
+    EXPECT(cudaStreamQuery(s2), cudaErrorNotReady); /* the second fill */
+    OK(cudaStreamSynchronize(s2));
+    CHECK(all(b, 7, 16), "the stream's work landed");
     OK(cudaStreamQuery(s2));
+    OK(cudaMallocAsync(&q, 512, s2));
+    OK(cudaFreeAsync(q, s2));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "relaxed-mode calls leave the capture");
     OK(cudaStreamEndCapture(s, &gr));
+    OK(cudaStreamSynchronize(s2));
+
+    /* Work on the legacy stream while a blocking stream of its device is
+     * captured: refused with cudaErrorStreamCaptureImplicit, the capture
+     * invalidated, in every mode; not with a non-blocking stream captured,
+     * nor on the per-thread stream. */
+    cudaStream_t nb;
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    EXPECT(cudaEventRecord(e, NULL), cudaErrorStreamCaptureImplicit);
+    CHECK(capture_status(s) == cudaStreamCaptureStatusInvalidated, "an implicit dependency invalidates");
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaEventRecord(e, cudaStreamPerThread));
+    CHECK(capture_status(s) == cudaStreamCaptureStatusActive, "the per-thread stream is not the legacy one");
+    OK(cudaStreamEndCapture(s, &gr));
+    OK(cudaStreamBeginCapture(nb, cudaStreamCaptureModeGlobal));
+    OK(cudaEventRecord(e, NULL));
+    OK(cudaMemsetAsync(b, 0, 16, cudaStreamLegacy));
+    CHECK(capture_status(nb) == cudaStreamCaptureStatusActive, "no implicit dependency on a non-blocking stream");
+    OK(cudaStreamEndCapture(nb, &gr));
+    OK(cudaStreamDestroy(nb));
+    OK(cudaDeviceSynchronize());
+    CLEAR_ERROR();
 
     /* capture into an existing graph; the _ptsz entry points */
     cudaGraph_t mine = (cudaGraph_t)(void *)&mine;
@@ -987,6 +1036,80 @@ static void test_threads(void)
     CHECK(fakecuda_used(0) == 0 && fakecuda_used(1) == 0, "all freed");
 }
 
+/* The driver API's allocations: cuMemAlloc, cuMemFree, cuMemAllocAsync
+ * through cudaGetDriverEntryPoint and cuGetProcAddress, and by name from
+ * the stand-in libcuda.so.1; potentially unsafe calls during a capture. */
+static void test_driver_alloc(void)
+{
+    fa_cu_result (*alloc)(fa_cu_ptr *, size_t) = NULL;
+    fa_cu_result (*release)(fa_cu_ptr) = NULL;
+    fa_cu_result (*async)(fa_cu_ptr *, size_t, cudaStream_t) = NULL;
+    fa_cu_result (*proc)(const char *, void **, int, fa_cu_u64, fa_cu_proc_status *) = NULL;
+    OK(cudaGetDriverEntryPoint("cuMemAlloc", (void **)&alloc, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuMemFree", (void **)&release, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuMemAllocAsync", (void **)&async, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuGetProcAddress", (void **)&proc, 0, NULL));
+    CHECK(alloc && release && async && proc, "found");
+    void *create = NULL;
+    fa_cu_proc_status st = 1;
+    CHECK(proc("cuMemCreate", &create, 12000, 0, &st) == 0 && create && st == 0, "cuGetProcAddress finds");
+    CHECK(proc("cuMemCreate", &create, 9000, 0, &st) != 0, "only for CUDA 10.2 and later");
+    fa_cu_ptr p = 0, q = 0;
+    size_t used = fakecuda_used(0);
+    CHECK(alloc(&p, 4096) == 0 && fakecuda_device_of((void *)(uintptr_t)p) == 0, "cuMemAlloc: device memory");
+    CHECK(alloc(&q, CAP0) == 2, "CUDA_ERROR_OUT_OF_MEMORY beyond the device");
+    CHECK(release(p) == 0 && fakecuda_used(0) == used, "cuMemFree");
+    CHECK(async(&p, 4096, NULL) == 0 && release(p) == 0, "cuMemAllocAsync");
+    cudaStream_t s;
+    cudaGraph_t gr;
+    OK(cudaStreamCreate(&s));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(alloc(&p, 4096) == cudaErrorStreamCaptureUnsupported, "cuMemAlloc is potentially unsafe");
+    EXPECT(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    int mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(alloc(&p, 4096) == 0 && release(p) == 0, "allowed in relaxed mode");
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    OK(cudaStreamEndCapture(s, &gr));
+    OK(cudaStreamDestroy(s));
+    CLEAR_ERROR();
+    /* libcuda.so.1 by name */
+    void *drv = dlopen(FAKECUDADRV_PATH, RTLD_NOW | RTLD_LOCAL);
+    CHECK(drv != NULL, "dlopen %s: %s", FAKECUDADRV_PATH, dlerror());
+    fa_cu_result (*by_name)(fa_cu_ptr *, size_t) = (fa_cu_result(*)(fa_cu_ptr *, size_t))dlsym(drv, "cuMemAlloc_v2");
+    fa_cu_result (*free_by_name)(fa_cu_ptr) = (fa_cu_result(*)(fa_cu_ptr))dlsym(drv, "cuMemFree_v2");
+    CHECK(by_name && free_by_name && by_name(&p, 4096) == 0 && fakecuda_device_of((void *)(uintptr_t)p) == 0 &&
+              free_by_name(p) == 0,
+          "libcuda.so.1's cuMemAlloc_v2 and cuMemFree_v2");
+    dlclose(drv);
+}
+
+/* fakecuda_set_entry_hook: once, on the calling thread, as the named call
+ * enters (before it takes effect). */
+static int hook_runs;
+static size_t hook_saw_used;
+static void entry_hook_fn(void)
+{
+    hook_runs++;
+    hook_saw_used = fakecuda_used(0);
+}
+
+static void test_entry_hook(void)
+{
+    size_t used = fakecuda_used(0);
+    fakecuda_set_entry_hook("cudaMalloc", entry_hook_fn);
+    void *p, *q;
+    OK(cudaFree(NULL)); /* another call: the hook waits */
+    CHECK(hook_runs == 0, "the hook ran on another call");
+    OK(cudaMalloc(&p, 4096));
+    CHECK(hook_runs == 1 && hook_saw_used == used, "the hook ran %d times, before the call took effect", hook_runs);
+    OK(cudaMalloc(&q, 4096));
+    CHECK(hook_runs == 1, "the hook runs once");
+    OK(cudaFree(p));
+    OK(cudaFree(q));
+}
+
 static void test_set_capacity(void)
 {
     void *p;
@@ -1151,6 +1274,68 @@ static int delay_child(void)
     return 0;
 }
 
+/* A kernel's illegal address (fakecuda_enqueue_fault) makes the context's
+ * error sticky, as on an H200 with CUDA 13.0; another device goes on. */
+static void *sticky_new_thread(void *arg)
+{
+    int *rc = arg;
+    void *p;
+    rc[0] = cudaPeekAtLastError(); /* a new thread has no last error... */
+    rc[1] = cudaMalloc(&p, 512);   /* ...and meets the sticky one */
+    return NULL;
+}
+
+static int sticky_child(void)
+{
+    cudaStream_t s;
+    void *p, *q;
+    size_t f, t;
+    int st;
+    OK(cudaMalloc(&p, 4096));
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OK(fakecuda_enqueue_fault(s));
+    OK(cudaMalloc(&q, 512)); /* not landed yet */
+    EXPECT(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    EXPECT(cudaPeekAtLastError(), cudaErrorIllegalAddress);
+    EXPECT(cudaGetLastError(), cudaErrorIllegalAddress);
+    OK(cudaPeekAtLastError());
+    EXPECT(cudaMalloc(&q, 512), cudaErrorIllegalAddress);
+    OK(cudaPeekAtLastError()); /* cudaMalloc leaves the last error as it was */
+    EXPECT(cudaFree(p), cudaErrorIllegalAddress);
+    EXPECT(cudaPeekAtLastError(), cudaErrorIllegalAddress);
+    CLEAR_ERROR();
+    EXPECT(cudaFree(NULL), cudaErrorIllegalAddress);
+    EXPECT(cudaMemGetInfo(&f, &t), cudaErrorIllegalAddress);
+    EXPECT(cudaStreamIsCapturing(s, &st), cudaErrorIllegalAddress);
+    EXPECT(cudaStreamQuery(s), cudaErrorIllegalAddress);
+    EXPECT(fakecuda_enqueue_fill(s, p, 1, 16), cudaErrorIllegalAddress);
+    int d = -1, mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaGetDevice(&d));
+    OK(cudaSetDevice(0));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    fa_cu_result (*create)(fa_cu_handle *, size_t, const fa_cu_alloc_prop *, unsigned long long) = NULL;
+    fa_cu_result (*release)(fa_cu_handle) = NULL;
+    OK(cudaGetDriverEntryPoint("cuMemCreate", (void **)&create, 0, NULL));
+    OK(cudaGetDriverEntryPoint("cuMemRelease", (void **)&release, 0, NULL));
+    fa_cu_alloc_prop prop = {.type = FA_CU_ALLOCATION_TYPE_PINNED, .location = {FA_CU_LOCATION_TYPE_DEVICE, 0}};
+    fa_cu_handle h;
+    CHECK(create(&h, 2 * MiB, &prop, 0) == 0 && release(h) == 0, "the virtual-memory calls still answer");
+    int rc[2] = {-1, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, sticky_new_thread, rc);
+    pthread_join(th, NULL);
+    CHECK(rc[0] == cudaSuccess && rc[1] == cudaErrorIllegalAddress, "a new thread: peek %d, cudaMalloc %d", rc[0],
+          rc[1]);
+    OK(cudaSetDevice(1)); /* another context */
+    OK(cudaMalloc(&q, 512));
+    OK(cudaFree(q));
+    OK(cudaSetDevice(0));
+    OK(cudaDeviceReset());
+    EXPECT(cudaMalloc(&q, 512), cudaErrorIllegalAddress); /* a reset does not end it */
+    return 0;
+}
+
 /* What a child does; returns its exit status. */
 static int child(const char *mode)
 {
@@ -1184,6 +1369,8 @@ static int child(const char *mode)
     }
     if (strcmp(mode, "delay") == 0)
         return delay_child();
+    if (strcmp(mode, "sticky") == 0)
+        return sticky_child();
     if (strcmp(mode, "sizes") == 0) { /* FAKECUDA_DEVICES=3 FAKECUDA_MEM=1024K FAKECUDA_MEM_2=5000 */
         size_t f, t0, t2;
         if (cudaGetDeviceCount(&n) || n != 3 || cudaMemGetInfo(&f, &t0) || cudaSetDevice(2) ||
@@ -1274,6 +1461,8 @@ static void test_environment(void)
     CHECK(st == 0 && err[0] == 0, "FAKECUDA_DELAY_MS: calls take effect at once and return late: status %d: %s", st,
           err);
 
+    st = run_child("sticky", (const char *const[]){"FAKECUDA_DEVICES=2", NULL}, err, sizeof err);
+    CHECK(st == 0 && err[0] == 0, "sticky errors: status %d: %s", st, err);
     st = run_child("forkfresh", (const char *const[]){NULL}, err, sizeof err);
     CHECK(st == 0 && err[0] == 0, "a child forked before the driver was used can use it: status %d: %s", st, err);
 
@@ -1381,6 +1570,37 @@ static void test_vmm(void)
     CHECK(fakecuda_used(0) == used0, "nothing left");
     OK(cudaStreamDestroy(s));
     CHECK(fakecuda_calls("cuMemMap") == 5, "driver calls are counted: %lu", fakecuda_calls("cuMemMap"));
+
+    /* GPUDirect RDMA: the device supports it with the virtual-memory API
+     * (attribute 110); a piece created so can be registered, as cudaMalloc
+     * memory can; one created without, not. */
+    int gdr = -1;
+    CHECK(d.cuDeviceGetAttribute(&gdr, FA_CU_ATTR_GDR_VMM_SUPPORTED, 0) == 0 && gdr == 1, "GPUDirect RDMA supported");
+    fa_cu_alloc_prop rprop = prop;
+    rprop.allocFlags.gpuDirectRDMACapable = 1;
+    CHECK(d.cuMemAddressReserve(&r, 2 * G2, 0, 0, 0) == 0 && d.cuMemCreate(&h1, G2, &rprop, 0) == 0 &&
+              d.cuMemCreate(&h2, G2, &prop, 0) == 0 && d.cuMemMap(r, G2, 0, h1, 0) == 0 &&
+              d.cuMemMap(r + G2, G2, 0, h2, 0) == 0,
+          "two pieces mapped");
+    CHECK(fakecuda_rdma_capable((void *)(uintptr_t)r) == 1 && fakecuda_rdma_capable((void *)(uintptr_t)(r + G2)) == 0,
+          "only the piece created RDMA capable is");
+    OK(cudaMalloc(&p, 512));
+    CHECK(fakecuda_rdma_capable(p) == 1, "cudaMalloc memory is");
+    OK(cudaFree(p));
+    CHECK(d.cuMemUnmap(r, 2 * G2) == 0 && d.cuMemRelease(h1) == 0 && d.cuMemRelease(h2) == 0 &&
+              d.cuMemAddressFree(r, 2 * G2) == 0,
+          "released");
+
+    /* Pieces and mappings belong to no context (cuda.h: a context's
+     * destruction leaves cuMemCreate's allocations): a reset leaves them. */
+    CHECK(d.cuMemAddressReserve(&r, 2 * G2, 0, 0, 0) == 0 && d.cuMemCreate(&h1, G2, &prop, 0) == 0 &&
+              d.cuMemMap(r, G2, 0, h1, 0) == 0,
+          "a piece mapped");
+    OK(cudaDeviceReset());
+    CHECK(fakecuda_pieces(0) == G2 && fakecuda_mapped(0) == G2, "a reset leaves it");
+    CHECK(d.cuMemUnmap(r, G2) == 0 && d.cuMemRelease(h1) == 0 && d.cuMemAddressFree(r, 2 * G2) == 0,
+          "and it goes when released");
+    CHECK(fakecuda_pieces(0) == 0 && fakecuda_used(0) == used0, "nothing left");
 }
 
 int main(int argc, char **argv)
@@ -1403,6 +1623,8 @@ int main(int argc, char **argv)
     test_queued_work();
     test_reset();
     test_capture();
+    test_entry_hook();
+    test_driver_alloc();
     test_pointer_attributes();
     test_ipc();
     test_pitch();

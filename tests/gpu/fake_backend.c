@@ -72,5 +72,7 @@ cudaError_t gc_graph_run(cudaGraph_t g, cudaStream_t s)
     return cudaErrorNotSupported;
 }
 
+cudaError_t gc_fault(cudaStream_t s) { return (cudaError_t)fakecuda_enqueue_fault(s); }
+
 /* The stand-in's graphs are handles it never frees. */
 void gc_graph_destroy(cudaGraph_t g) { (void)g; }

@@ -19,6 +19,7 @@
 
 #include "gpu_check.h"
 
+#define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
 static int failures;
@@ -536,6 +537,249 @@ static int check_capture_free(int argc, char **argv)
     return failures;
 }
 
+/* ---- capture_room: a relaxed capture's request the driver alone would serve ------------------------ */
+
+static int capture_status(cudaStream_t s)
+{
+    gc_capture_status st = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(s, &st) == cudaSuccess ? (int)st : -1;
+}
+
+/* Blocks of 2 MiB until fail (at most max): how many bytes were had; all
+ * freed again. */
+static size_t take_all(size_t max)
+{
+    size_t cap = max / (2 * MiB) + 1, n = 0;
+    void **p = calloc(cap, sizeof *p);
+    while (p && n < cap && cudaMalloc(&p[n], 2 * MiB) == cudaSuccess)
+        n++;
+    cudaGetLastError();
+    for (size_t i = 0; i < n; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "cudaFree");
+    free(p);
+    return n * 2 * MiB;
+}
+
+/* 80% of the free memory in 2 MiB blocks, freed and synchronised (under
+ * the shim the pool holds it idle); then, in a global capture with this
+ * thread in relaxed mode (PyTorch's way), a block of 70% of it, and what
+ * cudaMemGetInfo calls free during the capture, in 2 MiB blocks. */
+static int check_capture_room(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    size_t f0 = mem_free();
+    size_t had = take_all(f0 * 8 / 10);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    int begin = (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    gc_capture_mode m = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    void *big = NULL;
+    int big_rc = (int)cudaMalloc(&big, f0 * 7 / 10);
+    size_t f = 0, t = 0;
+    CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess, "cudaMemGetInfo");
+    size_t got = take_all(f + 64 * MiB);
+    cudaThreadExchangeStreamCaptureMode(&m);
+    int status = capture_status(s);
+    cudaGraph_t g = NULL;
+    int end = (int)cudaStreamEndCapture(s, &g);
+    if (g)
+        gc_graph_destroy(g);
+    if (big)
+        CHECK(cudaFree(big) == cudaSuccess, "cudaFree");
+    cudaGetLastError();
+    cudaStreamDestroy(s);
+    CHECK(got + 2 * MiB >= f, "cudaMemGetInfo said %zu bytes free during the capture, %zu could be had", f, got);
+    put("filled", had > 0);
+    put("begin", begin);
+    put("big_malloc", big_rc);
+    put("free_during_capture_can_be_had", got + 2 * MiB >= f);
+    put("status", status);
+    put("end", end);
+    return failures;
+}
+
+/* ---- capture_race: the pool's own calls while another thread captures ---------------------------- */
+
+static int race_done;
+static long long race_made;
+
+/* Relaxed mode (legal during any capture): pairs of sizes that make the
+ * pool grow, reuse, give back. */
+static void *race_pairs(void *arg)
+{
+    long long *failed = arg;
+    gc_capture_mode m = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    static const size_t sizes[] = {2 * MiB, 20 * MiB, 200 * MiB, 64 * KiB};
+    for (unsigned i = 0; !__atomic_load_n(&race_done, __ATOMIC_ACQUIRE); i++) {
+        void *p = NULL;
+        cudaError_t r = cudaMalloc(&p, sizes[i % 4]);
+        if (r == cudaSuccess)
+            r = cudaFree(p);
+        if (r != cudaSuccess) {
+            cudaGetLastError();
+            ++*failed;
+        }
+        __atomic_add_fetch(&race_made, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static int check_capture_race(int argc, char **argv)
+{
+    int n = argc > 0 ? atoi(argv[0]) : 2000;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    long long failed = 0;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, race_pairs, &failed) == 0, "thread");
+    while (__atomic_load_n(&race_made, __ATOMIC_ACQUIRE) < 8) /* the pairs are under way */
+        ;
+    int invalidated = 0;
+    for (int i = 0; i < n; i++) {
+        cudaGraph_t g = NULL;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin");
+        if (cudaStreamEndCapture(s, &g) != cudaSuccess)
+            invalidated++;
+        if (g)
+            gc_graph_destroy(g);
+    }
+    __atomic_store_n(&race_done, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    cudaGetLastError();
+    cudaStreamDestroy(s);
+    put("captures", n);
+    put("pairs_made", race_made > 0);
+    put("invalidated", invalidated);
+    put("pairs_failed", failed);
+    CHECK(invalidated == 0, "%d of %d captures invalidated", invalidated, n);
+    return failures;
+}
+
+/* ---- capture_refuse: calls that fail during a capture of this thread's ----------------------------- */
+
+/* cudaIpcGetMemHandle of a cudaMalloc block, and cudaMalloc(NULL, 1) (how
+ * the pool leaves cudaErrorInvalidValue as the last error), during this
+ * thread's global-mode capture: what they return and what becomes of the
+ * capture. */
+static int check_capture_refuse(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 4 * MiB) == cudaSuccess, "cudaMalloc");
+    cudaIpcMemHandle_t h;
+    cudaGraph_t g = NULL;
+    int begin = (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    int ipc = (int)cudaIpcGetMemHandle(&h, p);
+    int ipc_status = capture_status(s);
+    int ipc_end = (int)cudaStreamEndCapture(s, &g);
+    cudaGetLastError();
+    int begin2 = (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    int null_malloc = (int)cudaMalloc(NULL, 1);
+    int null_status = capture_status(s);
+    int null_end = (int)cudaStreamEndCapture(s, &g);
+    cudaGetLastError();
+    CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+    cudaStreamDestroy(s);
+    put("begin", begin);
+    put("ipc", ipc);
+    put("ipc_status", ipc_status);
+    put("ipc_end", ipc_end);
+    put("begin2", begin2);
+    put("null_malloc", null_malloc);
+    put("null_status", null_status);
+    put("null_end", null_end);
+    return failures;
+}
+
+/* ---- sticky: after a kernel's illegal address ---------------------------------------------------------- */
+
+static void *sticky_thread(void *arg)
+{
+    void *p = NULL;
+    *(int *)arg = (int)cudaMalloc(&p, MiB);
+    return NULL;
+}
+
+/* What cudaMalloc and cudaFree return after the fault: on a new thread's
+ * first call, within 64 calls of this thread's (which did not read the
+ * error), after the error was read; and the last error they leave. */
+static int check_sticky(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    void *a = NULL, *b = NULL, *p = NULL;
+    CHECK(cudaMalloc(&a, 4 * MiB) == cudaSuccess && cudaMalloc(&b, 4 * MiB) == cudaSuccess, "cudaMalloc");
+    CHECK(cudaFree(b) == cudaSuccess, "cudaFree");
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    int launch = (int)gc_fault(s);
+    int sync = (int)cudaStreamSynchronize(s);
+    int other = -1;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, sticky_thread, &other) == 0, "thread");
+    pthread_join(t, NULL);
+    int within = 0, r = 0;
+    for (int i = 0; i < 64 && !within; i++) {
+        r = (int)cudaMalloc(&p, MiB);
+        within = r != cudaSuccess;
+    }
+    int read = (int)cudaGetLastError();
+    int after_read = (int)cudaMalloc(&p, MiB);
+    int peek_after = (int)cudaPeekAtLastError();
+    int free_rc = (int)cudaFree(a);
+    int last_free = (int)cudaGetLastError();
+    put("launch", launch);
+    put("sync", sync);
+    put("new_thread_malloc", other);
+    put("failed_within_64", within);
+    put("malloc_error", r);
+    put("read", read);
+    put("malloc_after_read", after_read);
+    put("peek_after_malloc", peek_after);
+    put("free", free_rc);
+    put("last_error_after_free", last_free);
+    return failures;
+}
+
+/* ---- driver_alloc: the driver API's allocations ------------------------------------------------------- */
+
+typedef int (*cu_alloc_fn)(unsigned long long *, size_t);
+typedef int (*cu_free_fn)(unsigned long long);
+
+/* 60% of the free memory in 2 MiB blocks, freed and synchronised (under
+ * the shim the pool holds it idle); then cuMemAlloc, found through
+ * cudaGetDriverEntryPointByVersion, of 70% of it. */
+static int check_driver_alloc(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    cu_alloc_fn alloc = NULL;
+    cu_free_fn release = NULL;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", (void **)&alloc, 12000, 0, NULL) == cudaSuccess && alloc,
+          "cuMemAlloc");
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemFree", (void **)&release, 12000, 0, NULL) == cudaSuccess &&
+              release,
+          "cuMemFree");
+    size_t f0 = mem_free();
+    take_all(f0 * 6 / 10);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+    unsigned long long d = 0;
+    int r = alloc && release ? alloc(&d, f0 * 7 / 10) : -1;
+    if (r == 0)
+        CHECK(release(d) == 0, "cuMemFree");
+    int last = (int)cudaGetLastError();
+    put("cu_mem_alloc", r);
+    put("last_error", last);
+    return failures;
+}
+
 /* ---- reset: cudaDeviceReset with blocks live ----------------------------------------------------- */
 
 static int check_reset(int argc, char **argv)
@@ -609,6 +853,11 @@ int main(int argc, char **argv)
         {"capture", check_capture, ""},
         {"capture_free", check_capture_free, ""},
         {"reset", check_reset, ""},
+        {"capture_room", check_capture_room, ""},
+        {"capture_race", check_capture_race, "[CAPTURES=2000]"},
+        {"capture_refuse", check_capture_refuse, ""},
+        {"sticky", check_sticky, ""},
+        {"driver_alloc", check_driver_alloc, ""},
     };
     if (argc < 2) {
         fprintf(stderr, "usage: gpu_check probe\n");

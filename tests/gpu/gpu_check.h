@@ -41,6 +41,10 @@ long long gc_verify(const void *p, size_t n, uint64_t seed, cudaStream_t s, int 
  * [p, p+n) with the pattern of seed (a kernel still writing when it ends). */
 cudaError_t gc_late_fill(void *p, size_t n, uint64_t seed, double ms, cudaStream_t s);
 
+/* Queue on s a kernel that writes an illegal address: once it runs the
+ * context is in a sticky error (cudaErrorIllegalAddress). */
+cudaError_t gc_fault(cudaStream_t s);
+
 /* Instantiate g, launch it on s and wait for it; cudaErrorNotSupported where
  * graphs do not run (the stand-in). */
 cudaError_t gc_graph_run(cudaGraph_t g, cudaStream_t s);

@@ -114,3 +114,11 @@ extern "C" cudaError_t gc_graph_run(cudaGraph_t g, cudaStream_t s)
 }
 
 extern "C" void gc_graph_destroy(cudaGraph_t g) { cudaGraphDestroy(g); }
+
+__global__ void fault_kernel(int *p) { *(volatile int *)(p + (1ll << 40)) = 1; }
+
+extern "C" cudaError_t gc_fault(cudaStream_t s)
+{
+    fault_kernel<<<1, 1, 0, s>>>(nullptr);
+    return cudaPeekAtLastError();
+}

@@ -220,6 +220,58 @@ def case_reset():
     same(native, shim, "reset", "allocs_after_reset_ok", "bad_words", "last_error")
 
 
+def case_capture_room():
+    """A relaxed-mode cudaMalloc during a global capture, after 80% of the memory was allocated, freed and
+    synchronised (the pool holds it idle): a block of 70% is served as natively, and what cudaMemGetInfo calls
+    free during the capture can be had."""
+    if need_gpu():
+        return SKIP
+    native, shim = both(["capture_room"])
+    same(native, shim, "filled", "begin", "big_malloc", "free_during_capture_can_be_had", "status", "end")
+    check(shim["big_malloc"] == "0", f"the capture's request failed under the shim: {shim['big_malloc']}")
+
+
+def case_capture_race():
+    """Another thread in relaxed mode allocates and frees (the pool grows, reuses, gives back) while captures
+    begin and end: none is invalidated, natively or under the shim."""
+    if need_gpu():
+        return SKIP
+    native, shim = both(["capture_race", sizes("2000", "300")])
+    same(native, shim, "invalidated")
+    check(shim["invalidated"] == "0", f"{shim['invalidated']} captures invalidated under the shim")
+
+
+def case_capture_refuse():
+    """cudaIpcGetMemHandle (the pool refuses it for its blocks) and cudaMalloc(NULL, 1) during this thread's
+    global capture: the capture ends as natively (null_malloc/null_status show the runtime's own order of
+    checks)."""
+    if need_gpu():
+        return SKIP
+    native, shim = both(["capture_refuse"])
+    same(native, shim, "begin", "ipc_status", "ipc_end", "begin2", "null_malloc", "null_status", "null_end")
+
+
+def case_sticky():
+    """After a kernel's illegal address: cudaMalloc and cudaFree return the sticky error under the shim as
+    natively (a new thread's first call, within 64 calls, after the error was read), with the same last
+    errors."""
+    if need_gpu():
+        return SKIP
+    native, shim = both(["sticky"])
+    same(native, shim, "launch", "sync", "new_thread_malloc", "failed_within_64", "malloc_error", "read",
+         "malloc_after_read", "peek_after_malloc", "free", "last_error_after_free")
+
+
+def case_driver_alloc():
+    """cuMemAlloc through cudaGetDriverEntryPointByVersion of 70% of the memory, after 60% was allocated, freed
+    and synchronised (the pool holds it idle): served as natively."""
+    if need_gpu():
+        return SKIP
+    native, shim = both(["driver_alloc"])
+    same(native, shim, "cu_mem_alloc", "last_error")
+    check(shim["cu_mem_alloc"] == "0", f"cuMemAlloc under the shim: {shim['cu_mem_alloc']}")
+
+
 # ---- PyTorch ------------------------------------------------------------------------------------------
 
 def torch_both(name, timeout=900):

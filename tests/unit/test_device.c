@@ -1,8 +1,12 @@
 /* test_device.c - device.c driven directly (no preload) against the
  * stand-in runtime, from several threads at once: the pool's locking is
  * what this test is for, under TSan in particular. */
+#include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <time.h>
 #include <stdarg.h>
@@ -100,6 +104,19 @@ static uint64_t stat0(fa_snapshot *snap)
     return 0;
 }
 
+/* The process's address space in bytes (VmSize). */
+static uint64_t vm_size(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    return (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
 static uint64_t monotonic_ms(void)
 {
     struct timespec ts;
@@ -195,11 +212,47 @@ static void test_malloc_while_reserving(void **state)
     assert_int_equal(snap.dev[0].in_use_bytes, 0);
 }
 
+/* `test_device untracked`, pool off: a driver-served block whose record
+ * cannot be kept (no memory for the map's growth: the address space is
+ * limited just before it) is not counted, so the counts stay exact: after
+ * every block is freed nothing is in use and allocs equal frees. */
+static void test_untracked(void **state)
+{
+    (void)state;
+    enum { N = 4097 }; /* the map of 8192 slots grows at its 4097th record */
+    static void *p[N];
+    mallopt(M_MMAP_THRESHOLD, 128 << 10); /* the map's 384 KiB growth needs memory of its own */
+    for (int i = 0; i < N - 1; i++)
+        assert_int_equal(fa_device_malloc(&p[i], 512), 0);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+    lim = old;
+    lim.rlim_cur = vm_size() + (256 << 10);
+    assert_int_equal(setrlimit(RLIMIT_AS, &lim), 0);
+    assert_int_equal(fa_device_malloc(&p[N - 1], 512), 0); /* the driver serves it; the record cannot grow */
+    assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+    fa_snapshot snap;
+    stat0(&snap);
+    assert_int_equal(snap.dev[0].fallback_allocs, N - 1);
+    assert_int_equal(snap.dev[0].in_use_bytes, (uint64_t)(N - 1) * 512);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fa_device_free(p[i]), 0);
+    stat0(&snap);
+    assert_int_equal(snap.dev[0].in_use_bytes, 0);
+    assert_int_equal(snap.dev[0].allocs, snap.dev[0].frees);
+}
+
 int main(int argc, char **argv)
 {
     char *env[] = {"FORGEALLOC_DEVICE_POOL_SIZE=256M", NULL};
     fa_options_load(env);
     setenv("FAKECUDA_MEM", "2G", 0); /* read by the stand-in at its first call */
+    if (argc > 1 && strcmp(argv[1], "untracked") == 0) {
+        char *off[] = {"FORGEALLOC_DEVICE_POOL_SIZE=0", NULL};
+        fa_options_load(off);
+        const struct CMUnitTest tests[] = {cmocka_unit_test(test_untracked)};
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    }
     if (argc > 1 && strcmp(argv[1], "reserving") == 0) {
         const struct CMUnitTest tests[] = {cmocka_unit_test(test_malloc_while_reserving)};
         return cmocka_run_group_tests(tests, NULL, NULL);

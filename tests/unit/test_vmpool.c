@@ -395,6 +395,28 @@ static void test_reuse_cache(void **state)
     assert_int_equal(fa_vm_free(&vm, b, &(size_t){0}, &(size_t){0}), FA_VM_BAD_POINTER); /* cached is not live */
 }
 
+/* Cached blocks of one size whose pieces went back (idle pieces released)
+ * beside one still backed: ready memory (no driver call allowed) is the
+ * backed one, wherever it sits in the cache. */
+static void test_cache_prefers_backed(void **state)
+{
+    (void)state;
+    uintptr_t l = take(MiB), c = take(MiB); /* c shares a granule with the live l */
+    uintptr_t a = take(MiB), b = take(MiB); /* a granule of their own */
+    assert_int_equal(a >> 21, b >> 21);
+    assert_true(c >> 21 == l >> 21 && c >> 21 != a >> 21);
+    give(c), give(a), give(b);
+    sync_all(); /* cached: b, a, c (the last freed first) */
+    assert_int_equal(fa_vm_release_idle(&vm, 0, true, &drv, NULL), 1); /* a's and b's granule */
+    uintptr_t got = 0;
+    unsigned created = 0;
+    int maps = drv_state.maps;
+    assert_int_equal(fa_vm_alloc(&vm, MiB, false, NULL, NULL, &got, &created), FA_VM_OK);
+    assert_int_equal(got, c); /* the backed one, third in the cache */
+    assert_int_equal(drv_state.maps, maps);
+    assert_int_equal(fa_vm_check(&vm), 0);
+}
+
 /* What the next synchronisation makes idle (cudaMemGetInfo counts it as
  * free): whole granules whose every taken byte is quarantined, and large
  * blocks' pieces; never a granule a live neighbour pins. */
@@ -497,6 +519,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_access_failure_leaves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_all, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reuse_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_prefers_backed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reclaimable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_consistency, setup, teardown),
     };
