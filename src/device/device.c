@@ -322,8 +322,9 @@ fa_cuda_error fa_device_malloc(void **out, size_t n)
         ensure_pool(rt, d, dev);
         int kind = fa_dev_state(d) == READY ? fa_dev_kind(d) : KIND_NONE;
         fa_cuda_error sticky = kind != KIND_NONE ? fa_err_sticky(rt, d) : 0;
-        if (sticky) { /* the runtime's cudaMalloc returns it, the last error left as it was */
+        if (sticky) { /* the runtime's cudaMalloc returns it and sets it as the last error */
             ST_ADD(d, failed_allocs, 1);
+            fa_err_raise_sticky(rt, d);
             return sticky;
         }
         /* Ready memory first, the common case: no driver call. */

@@ -72,13 +72,13 @@ fa_cuda_error fa_err_async_free_refused(const fa_cudart *rt, fa_cuda_stream s, b
 fa_cuda_error fa_err_free_refused(const fa_cudart *rt) { return rt->cudaFree ? rt->cudaFree(NULL) : 0; }
 
 /* ---- sticky errors -------------------------------------------------------------------------
- * On an H200 (CUDA 13.0) after a kernel's illegal address, cudaMalloc
- * returned 700 without setting the thread's last error, cudaFree,
- * cudaMemGetInfo, cudaDeviceSynchronize, cudaStreamIsCapturing and others
- * returned it and set it; cudaGetDevice, cudaSetDevice, the capture-mode
- * exchange and the virtual-memory calls still returned 0.  The thread's
- * last error is no test (a new thread's is 0, cudaGetLastError clears
- * it): the pool asks cudaStreamIsCapturing about a stream of its own
+ * On an H200 (CUDA 13.0) after a kernel's illegal address, cudaMalloc,
+ * cudaFree, cudaMemGetInfo, cudaDeviceSynchronize, cudaStreamIsCapturing
+ * and others returned 700 and set it as the thread's last error, each
+ * time (cudaGetLastError clears it; the next such call sets it again);
+ * cudaGetDevice, cudaSetDevice, the capture-mode exchange and the
+ * virtual-memory calls still returned 0.  The thread's last error is no
+ * test (a new thread's is 0, cudaGetLastError clears it): the pool asks cudaStreamIsCapturing about a stream of its own
  * (90 ns on that GPU, legal during captures), once in FA_STICKY_EVERY of
  * its calls per thread, and notes what the calls the shim makes or passes
  * on return. */
@@ -101,7 +101,7 @@ fa_cuda_error fa_err_sticky_ask(const fa_cudart *rt, devstate *d)
     if (d->state == READY && d->probe)
         r = rt->cudaStreamIsCapturing(d->probe, &status);
     pthread_mutex_unlock(&d->lock);
-    fa_err_absorb(rt, before); /* cudaMalloc leaves the last error as it was */
+    fa_err_absorb(rt, before); /* a healthy answer leaves the last error as the program left it */
     if (!fa_cuda_sticky(r))
         return 0;
     note(d, r);

@@ -879,8 +879,9 @@ static int refuse_capture(void)
  * return cudaErrorIllegalAddress (sticky: every call that needs the
  * context does); the pool's answers are the same: at once once the
  * program read the error, at a thread's first call, and within 64 calls
- * otherwise.  cudaMalloc leaves the last error as it was, cudaFree sets
- * it, a block whose cudaFree failed stays allocated. */
+ * otherwise.  Both set it as the thread's last error (an H200 with CUDA
+ * 13.0: cudaGetLastError clears it, every call that returns it sets it
+ * again); a block whose cudaFree failed stays allocated. */
 static void *sticky_thread(void *arg)
 {
     void *p = NULL;
@@ -912,7 +913,7 @@ static int sticky(void)
     CHECK(cudaPeekAtLastError() == cudaErrorIllegalAddress); /* the stream sync's */
     CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
     CHECK(cudaMalloc(&p, MiB) == cudaErrorIllegalAddress);
-    CHECK(cudaPeekAtLastError() == cudaSuccess); /* left as it was */
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress); /* set again */
     uint64_t frees = stat_of("device.0.frees");
     CHECK(cudaFree(a) == cudaErrorIllegalAddress);
     CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
@@ -933,6 +934,7 @@ static int sticky_read(void)
     CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
     CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
     CHECK(cudaMalloc(&p, MiB) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
     CHECK(cudaGetLastError() == cudaSuccess);
     return failures;
 }

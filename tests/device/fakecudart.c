@@ -22,8 +22,7 @@
  *   every call that needs the context returns it, as on an H200).
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
- *   event timing, per-thread default streams (they are the legacy stream), managed-memory migration, the first
- *   cudaGetLastError after a sticky error leaving it set once more (seen on an H200).
+ *   event timing, per-thread default streams (they are the legacy stream), managed-memory migration.
  * Internal code never calls an exported function: a shim interposing one sees exactly the program's calls. */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -513,9 +512,6 @@ static cudaError_t vleave(enum fc_fn fn, cudaError_t rc, int record, const char 
 {
     if (!rc && needs_driver(fn) && !g.forked_child)
         rc = sticky_for(fn); /* the call itself landed the fault */
-    /* cudaMalloc returns a sticky error without making it the last error */
-    if (fn == FN_cudaMalloc && rc && rc == sticky_for(fn))
-        record = 0;
     if (record && rc != cudaSuccess && rc != cudaErrorNotReady)
         tl_last_error = rc;
     if (g.trace) {

@@ -1300,7 +1300,8 @@ static int sticky_child(void)
     EXPECT(cudaGetLastError(), cudaErrorIllegalAddress);
     OK(cudaPeekAtLastError());
     EXPECT(cudaMalloc(&q, 512), cudaErrorIllegalAddress);
-    OK(cudaPeekAtLastError()); /* cudaMalloc leaves the last error as it was */
+    EXPECT(cudaPeekAtLastError(), cudaErrorIllegalAddress); /* cudaMalloc sets it, as every call that returns it */
+    CLEAR_ERROR();
     EXPECT(cudaFree(p), cudaErrorIllegalAddress);
     EXPECT(cudaPeekAtLastError(), cudaErrorIllegalAddress);
     CLEAR_ERROR();

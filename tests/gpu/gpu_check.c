@@ -564,6 +564,7 @@ static size_t take_all(size_t max)
  * the shim the pool holds it idle); then, in a global capture with this
  * thread in relaxed mode (PyTorch's way), a block of 70% of it, and what
  * cudaMemGetInfo calls free during the capture, in 2 MiB blocks. */
+#define SLACK (64 * MiB)
 static int check_capture_room(int argc, char **argv)
 {
     (void)argc;
@@ -591,11 +592,14 @@ static int check_capture_room(int argc, char **argv)
         CHECK(cudaFree(big) == cudaSuccess, "cudaFree");
     cudaGetLastError();
     cudaStreamDestroy(s);
-    CHECK(got + 2 * MiB >= f, "cudaMemGetInfo said %zu bytes free during the capture, %zu could be had", f, got);
+    /* The driver itself counts a few MiB it cannot give in 2 MiB blocks (an
+     * H200, natively: 3.1 MiB of 42.8 GiB); a pool that counted its idle
+     * memory it cannot move during a capture would be off by far more. */
+    CHECK(got + SLACK >= f, "cudaMemGetInfo said %zu bytes free during the capture, %zu could be had", f, got);
     put("filled", had > 0);
     put("begin", begin);
     put("big_malloc", big_rc);
-    put("free_during_capture_can_be_had", got + 2 * MiB >= f);
+    put("free_during_capture_can_be_had", got + SLACK >= f);
     put("status", status);
     put("end", end);
     return failures;
