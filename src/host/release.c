@@ -776,8 +776,8 @@ void fa_release_nudge(void)
     if (!__atomic_load_n(&nudge_due, __ATOMIC_RELAXED) || !__atomic_exchange_n(&nudge_due, 0, __ATOMIC_ACQUIRE))
         return;
     bool (*w)(bool) = __atomic_load_n(&waker, __ATOMIC_ACQUIRE);
-    if (w)
-        w(true);
+    if (w && !w(true))
+        nudge_later(); /* not yet (just after a fork): the next check asks again */
 }
 
 /* The thread starts at the next allocating call (through the host's

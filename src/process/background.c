@@ -50,9 +50,9 @@ static uint64_t wake_at;
 #define WAKE_SLACK_MS 100
 static int stopping;     /* exit under way */
 static int pausing;      /* a fork is under way: the thread leaves, none starts */
-/* After the thread left for a fork, the parent starts none before this
- * (CLOCK_MONOTONIC_COARSE ms): Python 3.12 counts the process's threads
- * right after fork() returns, to warn about forking a threaded process. */
+/* After a fork (in the parent, where the thread left for it), no thread
+ * starts for the release policy before this (CLOCK_MONOTONIC_COARSE ms):
+ * see wake(). */
 static uint64_t no_start_before;
 #define FORK_QUIET_MS 100
 static int working;      /* inside a tick or a dump */
@@ -203,8 +203,9 @@ static bool start_thread(void)
     return err == 0;
 }
 
-/* start: start the thread when none runs (else only wake one that runs). */
-static bool wake(bool start)
+/* start: start the thread when none runs (else only wake one that runs);
+ * soon_after_fork: that start may be one within FORK_QUIET_MS of a fork. */
+static bool wake_thread(bool start, bool soon_after_fork)
 {
     fa_owner_adopt(); /* a child of a fork without handlers: the state says the parent's thread runs */
     if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || __atomic_load_n(&pausing, __ATOMIC_ACQUIRE))
@@ -232,15 +233,22 @@ static bool wake(bool start)
     default:
         if (!start)
             return false;
-        /* Too soon after the fork: a later free that checks (or the next
-         * large frees) asks again. */
-        if (mono_ms() < __atomic_load_n(&no_start_before, __ATOMIC_RELAXED))
+        /* Too soon after a fork: a later call asks again. */
+        if (!soon_after_fork && mono_ms() < __atomic_load_n(&no_start_before, __ATOMIC_RELAXED))
             return false;
         return start_thread();
     }
 }
 
-bool fa_background_wake(void) { return wake(true); }
+/* The release policy's wake: a thread it needs only to watch free memory
+ * starts no sooner than FORK_QUIET_MS after a fork, in the parent and in
+ * the child alike: Python 3.12 counts the parent's threads right after
+ * fork() returns, and a child that inherited free memory may unshare(2)
+ * or exec before it allocates much. */
+static bool wake(bool start) { return wake_thread(start, false); }
+
+/* Periodic dumps, polling and the device pools: at once. */
+bool fa_background_wake(void) { return wake_thread(true, true); }
 
 static void want_interval(void)
 {
@@ -374,7 +382,7 @@ static void reset_child(void)
 {
     pausing = 0;
     left_for_fork = 0;
-    no_start_before = 0;
+    no_start_before = mono_ms() + FORK_QUIET_MS;
     thread_tid = 0;
     state = IDLE;
     word = 0;

@@ -60,9 +60,9 @@
  *   p_release twice N  N rounds of: 32 MB freed, two threads call
  *                      forgealloc_release at once; prints "unmapped_mb N
  *                      returned_mb N counted_mb N"
- *   p_release inherit S  256 MB freed, fork: the child makes one small
- *                      allocation and sleeps S seconds (no other call):
- *                      "child rss_start_mb N rss_end_mb N"
+ *   p_release inherit S  256 MB freed, fork: the child waits 150 ms, makes
+ *                      300 small allocations and sleeps S seconds (no
+ *                      other call): "child rss_start_mb N rss_end_mb N"
  *   p_release forkkeep S  256 MB freed; once the background thread runs,
  *                      fork (the child exits at once), then, as Python 3.12
  *                      does right after fork(), count the threads with
@@ -489,7 +489,8 @@ int main(int argc, char **argv)
         nanosleep(&ts, NULL);
         printf("helper_threads_after_burst %d\n", helper_threads());
         /* A fork now: the thread leaves before it, so the process forks
-         * with one thread (the count Python 3.12's os.fork warns on). */
+         * with one thread (the count Python 3.12's os.fork warns on); the
+         * memory freed just before stays. */
         fflush(stdout);
         long rss = rss_mb();
         pid_t pid = fork();
@@ -644,7 +645,10 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             long start = rss_mb();
-            free(malloc(100));
+            struct timespec quiet = {0, 150 * 1000000L}; /* a thread starts no sooner after a fork */
+            nanosleep(&quiet, NULL);
+            for (int i = 0; i < 300; i++)
+                free(malloc(100));
             struct timespec ts = {(time_t)arg, 0};
             nanosleep(&ts, NULL);
             printf("child rss_start_mb %ld rss_end_mb %ld\n", start, rss_mb());

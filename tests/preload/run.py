@@ -606,12 +606,12 @@ def case_release_thread():
     after = int(re.search(r"helper_threads_after_burst (\d+)", r.stdout).group(1))
     check(small == 0, f"{small} forgealloc thread(s) in a process that only made small allocations")
     check(after == 1, f"{after} forgealloc threads after a burst was freed, expected 1")
-    # A fork while it runs: it leaves first and the held memory goes back,
-    # so parent and child are single-threaded right after the fork; the
-    # next burst starts it again.
+    # A fork while it runs: it leaves first, so parent and child are
+    # single-threaded right after the fork; the memory freed just before
+    # stays (release_fork_keeps); the next burst starts the thread again.
     m = re.search(r"threads_after_fork (\d+) rss_drop_mb (-?\d+)", r.stdout)
     check(m and m.group(1) == "1", f"the parent had {m and m.group(1)} threads right after fork:\n{r.stdout}")
-    check(int(m.group(2)) >= 400, f"RSS dropped by {m.group(2)} MB at the fork, expected the 800 MB held")
+    check(int(m.group(2)) < 100, f"RSS dropped by {m.group(2)} MB at the fork: the 800 MB freed just before went back")
     check("child_single_threaded 1" in r.stdout, f"the child had more than one thread:\n{r.stdout}")
     check("helper_threads_after_fork_burst 1" in r.stdout, f"no thread after the next burst:\n{r.stdout}")
     r = run(["/bin/sh", "-c", "ls /proc/$$/task | wc -l"])
@@ -677,8 +677,10 @@ def case_release_counted_once():
 def case_release_fork_inherited():
     """Free memory held at a fork stays on both sides: the child holds it
     too (and alone, once the parent returns its copy), and returns it
-    within the delay after its first allocation, with no other call; the
-    same where the thread stays through the fork (periodic dumps)."""
+    within the delay after it allocates 100 ms or more after the fork (no
+    thread starts sooner: a child may unshare(2) or exec first), with no
+    other call; the same where the thread stays through the fork
+    (periodic dumps)."""
     for interval in (False, True):
         with tempfile.TemporaryDirectory() as d:
             env = base_env(FORGEALLOC_RELEASE_DELAY="500ms")
