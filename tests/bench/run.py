@@ -124,6 +124,7 @@ class Workload:
     needs_module: str = ""  # Python module without which the workload is skipped
     quick: bool = True  # False: left out of --quick unless named with --only
     cgroup_mib: int = 0  # each run in a fresh memory cgroup limited to this (skipped where none can be made)
+    timeout_s: int = RUN_TIMEOUT_S  # a run that takes longer is killed and reported FAILED
 
 
 STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
@@ -280,6 +281,7 @@ WORKLOADS = (
             ),
             needs_module="torch",
             quick=False,  # up to 10 minutes a run
+            timeout_s=int(PROMPT_GAP_CHANGES) * int(gap) + RUN_TIMEOUT_S,
         )
         for gap in PROMPT_GAPS_S
     ),
@@ -425,11 +427,12 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if not k.startswith(ALLOCATOR_ENV_PREFIXES)}
 
 
-def run_once(argv, env, preload, bin_dir, scratch, cgroup_mib=0):
+def run_once(argv, env, preload, bin_dir, scratch, cgroup_mib=0, timeout_s=RUN_TIMEOUT_S):
     """Run argv through measure (in a fresh memory cgroup of cgroup_mib when
-    that is set); return one sample (times, peak RSS, metrics or failure)."""
+    that is set, killed after timeout_s); return one sample (times, peak RSS,
+    metrics or failure)."""
     result_file = os.path.join(scratch, "measure.json")
-    measure = [os.path.join(bin_dir, "measure"), result_file, str(RUN_TIMEOUT_S), preload]
+    measure = [os.path.join(bin_dir, "measure"), result_file, str(timeout_s), preload]
     with limited_cgroup("memory", cgroup_mib << 20) if cgroup_mib else contextlib.nullcontext("") as d:
         if d is None:
             return {"ok": False, "failure": "no memory cgroup can be made here"}
@@ -457,7 +460,7 @@ def run_once(argv, env, preload, bin_dir, scratch, cgroup_mib=0):
         metrics = None
     status = m["status"]
     if m["timed_out"]:
-        failure = f"timed out after {RUN_TIMEOUT_S} s"
+        failure = f"timed out after {timeout_s} s"
     elif os.WIFSIGNALED(status):
         failure = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
     elif os.waitstatus_to_exitcode(status) != 0:
@@ -505,12 +508,13 @@ def run_workload(workload, allocators, reps, argv, base_env, bin_dir, scratch):
     in the order of round_order."""
     samples = {a.name: [] for a in allocators}
     first = allocators[0]
-    run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch, workload.cgroup_mib)
+    run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch, workload.cgroup_mib,
+             workload.timeout_s)
     for rep in range(reps):
         line = []
         for allocator in (allocators[i] for i in round_order(len(allocators), rep)):
             env = dict(base_env, **workload.env, **allocator.env)
-            sample = run_once(argv, env, allocator.preload, bin_dir, scratch, workload.cgroup_mib)
+            sample = run_once(argv, env, allocator.preload, bin_dir, scratch, workload.cgroup_mib, workload.timeout_s)
             # Record the size of the stats dump (0 = none written) and remove it.
             stats_file = env.get("FORGEALLOC_STATS_FILE")
             if stats_file and sample["ok"]:
