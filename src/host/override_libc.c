@@ -14,15 +14,16 @@
 #include <stdlib.h>
 
 #include "../core/export.h"
+#include "fastpath.h"
 #include "host.h"
 
 #define FA_ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
 
-FA_EXPORT void *malloc(size_t n) { return fa_host_malloc(n, FA_CALLER); }
+FA_EXPORT void *malloc(size_t n) { return fa_fast_malloc(n); }
 FA_EXPORT void *calloc(size_t n, size_t size) { return fa_host_calloc(n, size, FA_CALLER); }
 FA_EXPORT void *realloc(void *p, size_t n) { return fa_host_realloc(p, n, FA_CALLER); }
 FA_EXPORT void *reallocarray(void *p, size_t n, size_t size) { return fa_host_reallocarray(p, n, size, FA_CALLER); }
-FA_EXPORT void free(void *p) { fa_host_free(p, FA_CALLER); }
+FA_EXPORT void free(void *p) { fa_fast_free(p); }
 FA_EXPORT void *memalign(size_t align, size_t n) { return fa_host_memalign(align, n, FA_CALLER); }
 FA_EXPORT void *aligned_alloc(size_t align, size_t n) { return fa_host_aligned_alloc(align, n, FA_CALLER); }
 FA_EXPORT int posix_memalign(void **out, size_t align, size_t n) { return fa_host_posix_memalign(out, align, n, FA_CALLER); }
@@ -33,7 +34,7 @@ FA_EXPORT size_t malloc_usable_size(void *p) { return fa_host_usable_size(p); }
 /* Removed from glibc's headers but still exported and still called by old
  * programs; C23's sized frees (the size is only a hint: freeing works
  * without it). */
-FA_EXPORT void cfree(void *p) { fa_host_free(p, FA_CALLER); }
+FA_EXPORT void cfree(void *p) { fa_fast_free(p); }
 FA_EXPORT void free_sized(void *p, size_t size) { (void)size; fa_host_free_sized(p, FA_CALLER); }
 FA_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) { (void)align, (void)size; fa_host_free_sized(p, FA_CALLER); }
 

@@ -103,6 +103,18 @@ def case_threads():
     check(diff["malloc"] == 1000 and diff["free"] == 1000, f"thread counts: {diff}")
 
 
+def case_large_handoff():
+    """A thread whose calls took the fast paths before the process made its
+    first large block frees large blocks another thread allocated later, half
+    of them grown by realloc into mappings of their own: each is known as
+    large (a grown one freed as tcmalloc's would abort), counted once, and
+    the mappings are gone at exit."""
+    r, doc = one_dump([prog("p_calls"), "handoff", "20"])
+    check(r.returncode == 0 and r.stderr == "", f"p_calls handoff exited {r.returncode}: {r.stderr[-500:]}")
+    check(doc["host"]["grown_bytes"] == 0, f"grown blocks still mapped at exit: {doc['host']['grown_bytes']}")
+    check(doc["host"]["calls"]["realloc"] == 10, f"realloc calls: {doc['host']['calls']}")
+
+
 def case_fork():
     """A forked child reports its own numbers, to its own file."""
     def go(a, b):
