@@ -30,7 +30,7 @@ void tc_delete_sized(void *p, size_t size) __attribute__((nothrow));
 
 /* The smallest size of the fast paths: below it tcmalloc's class would
  * align to 8 bytes only, where glibc aligns every block to 16 (host.c). */
-#define FA_FAST_MIN 16
+#define FA_FAST_MIN FA_SMALL_MIN
 
 /* The caller's return address, read where it is used: in the out-of-line
  * branch only (the asm keeps the compiler from loading it ahead of the
@@ -68,12 +68,16 @@ void tc_delete_sized(void *p, size_t size) __attribute__((nothrow));
     } while (0)
 #endif
 
+/* The gate: n - 16 < limit, 16 B up to 4 KiB; the same difference gives
+ * the size's slot. */
 FA_FAST void *fa_fast_malloc(size_t n)
 {
     fa_tstats *t = fa_tls_stats;
-    if (FA_UNLIKELY(n - FA_FAST_MIN >= t->malloc_limit))
+    size_t k = n - FA_FAST_MIN;
+    if (FA_UNLIKELY(k >= t->malloc_limit))
         return fa_host_malloc_other(n, FA_SLOW_CALLER);
-    FA_RELAXED_ADD(t->small[FA_SMALL_malloc][n], 1);
+    FA_RELAXED_ADD(t->small[FA_SMALL_malloc][k >> FA_SMALL_SHIFT], 1);
+    FA_RELAXED_ADD(t->small_bytes, n);
     return tc_malloc(n);
 }
 
@@ -102,9 +106,11 @@ void fa_cxx_delete_other(void *p, std::size_t n, fa_cxx_parent parent) noexcept;
 FA_FAST void *fa_fast_new(std::size_t n, fa_cxx_parent parent)
 {
     fa_tstats *t = fa_tls_stats;
-    if (FA_UNLIKELY(n - FA_FAST_MIN >= t->new_limit))
+    std::size_t k = n - FA_FAST_MIN;
+    if (FA_UNLIKELY(k >= t->new_limit))
         return fa_cxx_new_other(n, parent, FA_SLOW_CALLER);
-    FA_RELAXED_ADD(t->small[FA_SMALL_new][n], 1);
+    FA_RELAXED_ADD(t->small[FA_SMALL_new][k >> FA_SMALL_SHIFT], 1);
+    FA_RELAXED_ADD(t->small_bytes, n);
     return tc_new(n);
 }
 

@@ -136,7 +136,7 @@ static __attribute__((noinline)) void host_first_use(void)
  *
  * Each thread's record says which of its calls may take a fast path: a
  * malloc or operator new of n bytes when n - 16 < its limit (16 bytes up
- * to the smaller of 1 KiB and slow_size), a free or delete of p when
+ * to the smaller of 4 KiB and slow_size), a free or delete of p when
  * p & its mask is not 0.  The mask is ~0 (only NULL goes out of line)
  * until the first large block, then 4095 (page-aligned blocks go out of
  * line too: large ones start on a page).  0 closes a gate: a thread's
@@ -481,27 +481,20 @@ static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, 
 static __attribute__((noinline)) void *malloc_slow(size_t n, void *caller)
 {
     HOST_READY();
-    fa_tstats *t = fa_tls_stats;
-    if (fa_stats_mine(t) && n < FA_SMALL_MAX)
-        fa_stats_small_into(t, FA_SMALL_malloc, n);
-    else
-        fa_stats_alloc(FA_CALL_malloc, n);
+    fa_stats_alloc(FA_CALL_malloc, n);
     void *p = AFTER_ALLOC(tc_malloc(tc_size(n)), n, "malloc", caller);
     gates_check(fa_tls_stats); /* after a `soon` the allocation above ran */
     return p;
 }
 
 /* With the thread's gate open (its record counts, no `soon` pending):
- * sizes below 16 bytes, from 1 KiB, and large ones. */
+ * sizes below 16 bytes, from 4 KiB, and large ones. */
 __attribute__((noinline)) void *fa_host_malloc_other(size_t n, void *caller)
 {
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t->malloc_limit == 0, 0))
         return malloc_slow(n, caller);
-    if (n < FA_SMALL_MAX)
-        fa_stats_small_into(t, FA_SMALL_malloc, n);
-    else
-        fa_stats_alloc_into(t, FA_CALL_malloc, n);
+    fa_stats_alloc_into(t, FA_CALL_malloc, n);
     if (__builtin_expect(n < slow_size, 1))
         return tc_malloc(tc_size(n));
     return large_done(tc_malloc(n), n, "malloc", caller);
@@ -863,11 +856,7 @@ static inline void *tc_new_any(size_t n, size_t align)
 static __attribute__((noinline)) void *new_slow(size_t n, size_t align, void *caller)
 {
     HOST_READY();
-    fa_tstats *t = fa_tls_stats;
-    if (align == 0 && fa_stats_mine(t) && n < FA_SMALL_MAX)
-        fa_stats_small_into(t, FA_SMALL_new, n);
-    else
-        fa_stats_alloc(FA_CALL_new, n);
+    fa_stats_alloc(FA_CALL_new, n);
     void *p = AFTER_ALLOC(tc_new_any(n, align), n, "operator new", caller);
     gates_check(fa_tls_stats); /* after a `soon` the allocation above ran */
     return p;
@@ -881,10 +870,7 @@ __attribute__((noinline)) void *fa_host_new_other(size_t n, void *caller)
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t->malloc_limit == 0, 0))
         return new_slow(n, 0, caller);
-    if (n < FA_SMALL_MAX)
-        fa_stats_small_into(t, FA_SMALL_new, n);
-    else
-        fa_stats_alloc_into(t, FA_CALL_new, n);
+    fa_stats_alloc_into(t, FA_CALL_new, n);
     if (__builtin_expect(n < slow_size, 1))
         return tc_new(tc_size(n));
     return large_done(tc_new(n), n, "operator new", caller);

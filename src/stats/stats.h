@@ -2,10 +2,10 @@
  *
  * Each thread counts into its own record with plain stores: no lock and no
  * atomic read-modify-write.  The fast paths (host/fastpath.h) make one add
- * per call: malloc and operator new below FA_SMALL_MAX bytes add one to the
- * counter of their size, from which a snapshot derives their calls, bytes
- * and histogram exactly; free and delete step a countdown that is also
- * their exact count.  Records live in a registry (allocated with mmap,
+ * per count: malloc and operator new of 16 B to 4 KiB add one to the
+ * counter of their 16-byte slot and their size to a byte total, from which
+ * a snapshot derives their calls and histogram exactly; free and delete
+ * step a countdown that is also their exact count.  Records live in a registry (allocated with mmap,
  * never with malloc) and are never unlinked: a thread that exits hands its
  * record, counts included, to the next new thread.  A snapshot is the sum
  * over all records plus one shared record that takes atomic adds from
@@ -53,12 +53,20 @@ typedef struct fa_host_counts {
     uint64_t hist[FA_HIST_BUCKETS];
 } fa_host_counts;
 
-/* malloc and operator new of a size below FA_SMALL_MAX count one counter
- * per size: one add on the fast path, and the call count, the bytes and the
- * histogram follow exactly from the table when a snapshot sums it. */
-#define FA_SMALL_MAX 1024
+/* malloc and operator new of FA_SMALL_MIN to FA_SMALL_MAX-1 bytes on the
+ * fast paths count one counter per 16-byte slot of sizes, and their size in
+ * one byte total: a snapshot makes their calls (the sum of the slots) and
+ * their histogram exactly from the table (each power of two from 16 up
+ * starts a slot, so a slot's sizes share one bucket).  2 KiB per kind. */
+#define FA_SMALL_MIN 16
+#define FA_SMALL_MAX 4096
+#define FA_SMALL_SHIFT 4
+#define FA_SMALL_SLOTS ((FA_SMALL_MAX - FA_SMALL_MIN) >> FA_SMALL_SHIFT)
 enum fa_small_kind { FA_SMALL_malloc, FA_SMALL_new, FA_SMALL_KINDS };
 static const enum fa_call fa_small_call[FA_SMALL_KINDS] = {FA_CALL_malloc, FA_CALL_new};
+#ifndef __cplusplus
+_Static_assert(FA_SMALL_MIN == 1 << FA_SMALL_SHIFT, "a slot's sizes share one histogram bucket");
+#endif
 
 /* A count that is also a countdown: frees and deletes of a thread, with a
  * look of the release policy every FA_COUNTDOWN_PERIOD-th of them, in one
@@ -82,12 +90,18 @@ typedef union fa_countdown {
 #error "fa_countdown needs `left` to be the low bits of `word`"
 #endif
 
+/* Settled, `left` is below PERIOD; wrapped and not refilled yet, it is
+ * 0xffff, or lower if a signal handler on the owner thread counted more
+ * calls before the refill (up to PERIOD-1 of them the refill still
+ * carries into the periods). */
 static inline uint64_t fa_countdown_count(uint64_t word)
 {
     uint64_t periods = word >> 16, left = word & 0xffff;
     if (word == 0)
         return 0;
-    return left == 0xffff ? periods * FA_COUNTDOWN_PERIOD : periods * FA_COUNTDOWN_PERIOD - left - 1;
+    if (left >= FA_COUNTDOWN_PERIOD)
+        return periods * FA_COUNTDOWN_PERIOD + (0x10000 - left) - 1;
+    return periods * FA_COUNTDOWN_PERIOD - left - 1;
 }
 
 /* Before the first decrement of a record's countdown (a no-op after). */
@@ -132,9 +146,13 @@ typedef struct fa_tstats {
     uintptr_t delete_mask; /* the same for operator delete and delete[] */
     fa_countdown frees;    /* free calls of this record (counts.calls[free] holds none) */
     fa_countdown deletes;  /* delete calls (counts.calls[delete] holds none) */
+    uint64_t small_bytes;  /* bytes of the calls counted in `small` */
     fa_host_counts counts; /* every other call, and every call of the shared record */
-    uint64_t small[FA_SMALL_KINDS][FA_SMALL_MAX];
+    uint64_t small[FA_SMALL_KINDS][FA_SMALL_SLOTS];
 } __attribute__((aligned(64))) fa_tstats;
+#ifndef __cplusplus
+_Static_assert(offsetof(fa_tstats, counts) <= 64, "the fast paths read one line of the record");
+#endif
 
 /* The calling thread's record: fa_stats_closed (every gate closed, never
  * written) until its first counted call, and again once its exit
@@ -181,10 +199,12 @@ static inline void fa_stats_ready(fa_tstats *t)
     fa_countdown_start(&t->deletes);
 }
 
-/* Count one malloc or operator new of n < FA_SMALL_MAX bytes into t. */
+/* Count one malloc or operator new of FA_SMALL_MIN <= n < FA_SMALL_MAX
+ * bytes into t, as the fast paths do. */
 static inline void fa_stats_small_into(fa_tstats *t, enum fa_small_kind k, size_t n)
 {
-    FA_RELAXED_ADD(t->small[k][n], 1);
+    FA_RELAXED_ADD(t->small[k][(n - FA_SMALL_MIN) >> FA_SMALL_SHIFT], 1);
+    FA_RELAXED_ADD(t->small_bytes, n);
 }
 
 /* Count one allocating call of n bytes (any thread state). */

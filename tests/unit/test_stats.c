@@ -247,7 +247,21 @@ static void test_countdown_exact(void **state)
     }
     assert_int_equal(ran_out, 5);
     fa_countdown_start(&c); /* started once only */
-    assert_int_equal(fa_countdown_count(c.word), 5 * FA_COUNTDOWN_PERIOD + 3);
+    uint64_t n = 5 * FA_COUNTDOWN_PERIOD + 3;
+    assert_int_equal(fa_countdown_count(c.word), n);
+    /* A signal handler on the owner thread that counts between a wrap and
+     * its refill: every count in between and after stays exact. */
+    while (!fa_countdown_tick(&c))
+        n++;
+    n++;
+    for (int extra = 0; extra < 200; extra++) {
+        assert_false(fa_countdown_tick(&c));
+        assert_int_equal(fa_countdown_count(c.word), ++n);
+    }
+    fa_countdown_refill(&c);
+    assert_int_equal(fa_countdown_count(c.word), n);
+    assert_false(fa_countdown_tick(&c));
+    assert_int_equal(fa_countdown_count(c.word), n + 1);
 }
 
 /* A zeroed record (new, or wiped in a forked child): its first look comes
@@ -269,7 +283,7 @@ static void *small_and_frees(void *arg)
     (void)arg;
     fa_stats_alloc(FA_CALL_malloc, 24); /* takes the thread's record */
     fa_tstats *t = fa_tls_stats;
-    for (size_t n = 0; n < FA_SMALL_MAX; n++) {
+    for (size_t n = FA_SMALL_MIN; n < FA_SMALL_MAX; n++) {
         fa_stats_small_into(t, FA_SMALL_malloc, n);
         fa_stats_small_into(t, FA_SMALL_new, n);
         fa_stats_small_into(t, FA_SMALL_new, n);
@@ -282,9 +296,9 @@ static void *small_and_frees(void *arg)
     return (void *)(uintptr_t)due;
 }
 
-/* What the fast paths count (one counter per small size, the countdowns)
- * sums to calls, bytes and histogram as if each call had been counted
- * whole. */
+/* What the fast paths count (a counter per 16-byte slot and a byte total,
+ * the countdowns) sums to calls, bytes and histogram as if each call had
+ * been counted whole: every size from 16 B to 4 KiB. */
 static void test_fast_forms_sum(void **state)
 {
     (void)state;
@@ -295,13 +309,15 @@ static void test_fast_forms_sum(void **state)
     pthread_create(&t, NULL, small_and_frees, NULL);
     pthread_join(t, &due);
     fa_stats_sum(&after);
-    uint64_t n = FA_SMALL_MAX, bytes = n * (n - 1) / 2;
+    uint64_t n = FA_SMALL_MAX - FA_SMALL_MIN, bytes = 0;
+    for (size_t k = FA_SMALL_MIN; k < FA_SMALL_MAX; k++)
+        bytes += k;
     assert_int_equal(after.calls[FA_CALL_malloc] - before.calls[FA_CALL_malloc], n + 1);
     assert_int_equal(after.calls[FA_CALL_new] - before.calls[FA_CALL_new], 2 * n);
     assert_int_equal(after.bytes_requested - before.bytes_requested, 3 * bytes + 24);
     for (unsigned b = 0; b < FA_HIST_BUCKETS; b++) {
         uint64_t want = 0;
-        for (size_t k = 0; k < FA_SMALL_MAX; k++)
+        for (size_t k = FA_SMALL_MIN; k < FA_SMALL_MAX; k++)
             want += fa_hist_bucket(k) == b ? 3 : 0;
         want += fa_hist_bucket(24) == b;
         assert_int_equal(after.hist[b] - before.hist[b], want);
