@@ -172,11 +172,14 @@ static void gates_store(fa_tstats *t, size_t limit, uintptr_t mask, bool cxx)
 }
 
 /* The calling thread's own record t: open its gates as far as the flags
- * allow (nothing before host_init). */
+ * allow (nothing before host_init).  A record the kernel zeroed at a fork
+ * that ran no fork handlers comes here at the child's first call: the
+ * child takes the state over now (owner.h). */
 static void gates_open(fa_tstats *t)
 {
     if (!fa_stats_mine(t) || __atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
         return;
+    fa_owner_adopt();
     size_t limit;
     uintptr_t mask;
     bool cxx;

@@ -1800,6 +1800,19 @@ def case_fork_no_handlers():
         print(f"{kind}: child rss_end_mb {end}, mallocs {mallocs}")
 
 
+def case_fork_no_handlers_small():
+    """A child of a fork that runs no fork handlers takes the state over at its first small malloc: with
+    FORGEALLOC_STATS_INTERVAL its background thread starts, and its periodic dump is written, though it never
+    allocates a large block."""
+    for kind in ("_Fork", "rawfork"):
+        with tempfile.TemporaryDirectory() as d:
+            r = run([prog("p_fork"), "nohandlers-small", kind, "1.5", d], timeout=60,
+                    env=base_env(FORGEALLOC_STATS="json", FORGEALLOC_STATS_FILE=f"{d}/%p.json",
+                                 FORGEALLOC_STATS_INTERVAL="300ms"))
+        check(r.returncode == 0, f"{kind}: status {r.returncode}: {r.stderr[-1000:]}")
+        check("child_file 1" in r.stdout, f"{kind}: no periodic dump from the child: {r.stdout!r}")
+
+
 def case_fork_idle_interval():
     """With FORGEALLOC_STATS_INTERVAL, a forked child that makes no allocator call (a worker waiting for its first
     task) writes its periodic dumps too: its background thread starts at the fork, as a process's does at its
