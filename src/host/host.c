@@ -600,10 +600,24 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
     return AFTER_ALLOC(q, n, fn, caller);
 }
 
-void *fa_host_realloc(void *p, size_t n, void *caller)
+static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, void *caller)
 {
     fa_stats_alloc(FA_CALL_realloc, n);
     return realloc_counted(p, n, "realloc", caller);
+}
+
+void *fa_host_realloc(void *p, size_t n, void *caller)
+{
+    /* The common case, without a frame: the thread's gates open (its
+     * record counts, no `soon` pending), p a block free's gate lets through
+     * (not NULL, not one that may be large), n neither 0 (a free) nor
+     * large: tcmalloc's realloc, whose result is small too. */
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t->malloc_limit != 0 && ((uintptr_t)p & t->free_mask) != 0 && n - 1 < slow_size - 1, 1)) {
+        fa_stats_alloc_into(t, FA_CALL_realloc, n);
+        return tc_realloc(p, tc_size(n));
+    }
+    return realloc_slow(p, n, caller);
 }
 
 void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
