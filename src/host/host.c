@@ -515,7 +515,7 @@ static __attribute__((noinline)) void *calloc_large(size_t total)
     return p;
 }
 
-void *fa_host_calloc(size_t n, size_t size, void *caller)
+static __attribute__((noinline)) void *calloc_slow(size_t n, size_t size, void *caller)
 {
     HOST_READY();
     size_t total;
@@ -528,6 +528,19 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
     if (__builtin_expect(total >= slow_size, 0))
         return large_seen(calloc_large(total), total, "calloc", caller);
     return tc_calloc(1, tc_size(total));
+}
+
+void *fa_host_calloc(size_t n, size_t size, void *caller)
+{
+    /* The common case, without a frame: the thread's gates open and a
+     * product that neither overflows nor is large. */
+    fa_tstats *t = fa_tls_stats;
+    size_t total;
+    if (__builtin_expect(!__builtin_mul_overflow(n, size, &total) && t->malloc_limit != 0 && total < slow_size, 1)) {
+        fa_stats_alloc_into(t, FA_CALL_calloc, total);
+        return tc_calloc(1, tc_size(total));
+    }
+    return calloc_slow(n, size, caller);
 }
 
 /* A grown block (grown.h) is done with: its report and huge pages, as
