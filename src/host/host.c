@@ -497,6 +497,10 @@ __attribute__((noinline)) void *fa_host_malloc_other(size_t n, void *caller)
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t->malloc_limit == 0, 0))
         return malloc_slow(n, caller);
+    if (n < FA_FAST_MIN) { /* slow_size is above 16 while the gate is open */
+        fa_stats_small_into(t, FA_SMALL_malloc, n);
+        return tc_malloc(FA_FAST_MIN);
+    }
     fa_stats_alloc_into(t, FA_CALL_malloc, n);
     if (__builtin_expect(n < slow_size, 1))
         return tc_malloc(tc_size(n));
@@ -530,14 +534,18 @@ static __attribute__((noinline)) void *calloc_slow(size_t n, size_t size, void *
     return tc_calloc(1, tc_size(total));
 }
 
-void *fa_host_calloc(size_t n, size_t size, void *caller)
+/* What fa_fast_calloc did not take.  With the thread's gate open and a
+ * product that neither overflows nor is large (below 16 bytes, from
+ * 4 KiB), without a frame. */
+__attribute__((noinline)) void *fa_host_calloc(size_t n, size_t size, void *caller)
 {
-    /* The common case, without a frame: the thread's gates open and a
-     * product that neither overflows nor is large. */
     fa_tstats *t = fa_tls_stats;
     size_t total;
     if (__builtin_expect(!__builtin_mul_overflow(n, size, &total) && t->malloc_limit != 0 && total < slow_size, 1)) {
-        fa_stats_alloc_into(t, FA_CALL_calloc, total);
+        if (total < FA_FAST_MIN)
+            fa_stats_small_into(t, FA_SMALL_calloc, total);
+        else
+            fa_stats_alloc_into(t, FA_CALL_calloc, total);
         return tc_calloc(1, tc_size(total));
     }
     return calloc_slow(n, size, caller);
@@ -900,6 +908,10 @@ __attribute__((noinline)) void *fa_host_new_other(size_t n, void *caller)
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t->malloc_limit == 0, 0))
         return new_slow(n, 0, caller);
+    if (n < FA_FAST_MIN) {
+        fa_stats_small_into(t, FA_SMALL_new, n);
+        return tc_new(FA_FAST_MIN);
+    }
     fa_stats_alloc_into(t, FA_CALL_new, n);
     if (__builtin_expect(n < slow_size, 1))
         return tc_new(tc_size(n));

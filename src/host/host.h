@@ -21,12 +21,14 @@ struct fa_snapshot;
 #define FA_CALLER __builtin_return_address(0)
 
 /* The out-of-line ends of the fast paths (fastpath.h), each jumped to with
- * the program's return address.  malloc: any size fa_fast_malloc did not
- * take (below 16 bytes, 1 KiB and up, a thread whose gate is closed);
+ * the program's return address.  malloc and calloc: any size the fast path
+ * did not take (below 16 bytes, 4 KiB and up, a thread whose gate is
+ * closed; for calloc also a product that overflows);
  * free: what the gate sent out (NULL, a page-aligned block that may be
  * large, a thread whose gate is closed; and cfree, free_sized), and a free
  * whose countdown ran out (the release policy's look is due). */
 void *fa_host_malloc_other(size_t n, void *caller);
+void *fa_host_calloc(size_t n, size_t size, void *caller);
 void fa_host_free(void *p, void *caller) __attribute__((nothrow));
 void fa_host_free_due(void *p, void *caller) __attribute__((nothrow));
 /* The same for operator new and delete (the forms with no parent, or with
@@ -39,7 +41,6 @@ void fa_host_delete_due(void *p, size_t n) __attribute__((nothrow));
  * on, in every thread (the program replaces some: override_cxx.cc). */
 void fa_host_cxx_gates(bool open);
 
-void *fa_host_calloc(size_t n, size_t size, void *caller);
 void *fa_host_realloc(void *p, size_t n, void *caller);
 void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller);
 /* The library's own realloc, under a hidden name (override_libc.c; absent,

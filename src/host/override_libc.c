@@ -20,7 +20,7 @@
 #define FA_ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
 
 FA_EXPORT void *malloc(size_t n) { return fa_fast_malloc(n); }
-FA_EXPORT void *calloc(size_t n, size_t size) { return fa_host_calloc(n, size, FA_CALLER); }
+FA_EXPORT void *calloc(size_t n, size_t size) { return fa_fast_calloc(n, size); }
 FA_EXPORT void *realloc(void *p, size_t n) { return fa_host_realloc(p, n, FA_CALLER); }
 FA_EXPORT void *reallocarray(void *p, size_t n, size_t size) { return fa_host_reallocarray(p, n, size, FA_CALLER); }
 FA_EXPORT void free(void *p) { fa_fast_free(p); }

@@ -12,7 +12,7 @@
  * the free ones, which the child needs as they were.  So a child's counts
  * start at zero at the fork itself, also where no fork handler runs (and a
  * zeroed record has its gates closed: the thread's next call reopens them).
- * A record is about 4.6 KiB, most of it the counters of small sizes. */
+ * A record is about 7 KiB, most of it the counters of small sizes. */
 #include "stats.h"
 
 #include <errno.h>
@@ -197,7 +197,7 @@ static void add_record(fa_host_counts *out, const fa_tstats *r)
         for (size_t i = 0; i < FA_SMALL_SLOTS; i++) {
             uint64_t v = __atomic_load_n(&r->small[k][i], __ATOMIC_RELAXED);
             out->calls[fa_small_call[k]] += v;
-            out->hist[fa_hist_bucket(FA_SMALL_MIN + (i << FA_SMALL_SHIFT))] += v;
+            out->hist[fa_hist_bucket(fa_small_slot_size(i))] += v;
         }
     }
 }

@@ -2,10 +2,10 @@
  *
  * Each thread counts into its own record with plain stores: no lock and no
  * atomic read-modify-write.  The fast paths (host/fastpath.h) make one add
- * per count: malloc and operator new of 16 B to 4 KiB add one to the
- * counter of their 16-byte slot and their size to a byte total, from which
- * a snapshot derives their calls and histogram exactly; free and delete
- * step a countdown that is also their exact count.  Records live in a registry (allocated with mmap,
+ * per count: malloc, calloc and operator new below 4 KiB add one to the
+ * counter of their slot of sizes and their size to a byte total, from
+ * which a snapshot derives their calls and histogram exactly; free and
+ * delete step a countdown that is also their exact count.  Records live in a registry (allocated with mmap,
  * never with malloc) and are never unlinked: a thread that exits hands its
  * record, counts included, to the next new thread.  A snapshot is the sum
  * over all records plus one shared record that takes atomic adds from
@@ -53,20 +53,31 @@ typedef struct fa_host_counts {
     uint64_t hist[FA_HIST_BUCKETS];
 } fa_host_counts;
 
-/* malloc and operator new of FA_SMALL_MIN to FA_SMALL_MAX-1 bytes on the
- * fast paths count one counter per 16-byte slot of sizes, and their size in
- * one byte total: a snapshot makes their calls (the sum of the slots) and
- * their histogram exactly from the table (each power of two from 16 up
- * starts a slot, so a slot's sizes share one bucket).  2 KiB per kind. */
+/* malloc, calloc and operator new of up to FA_SMALL_MAX-1 bytes count one
+ * counter per slot of sizes, and their size in one byte total: a slot per
+ * size below FA_SMALL_MIN, then one per 16 bytes.  A snapshot makes their
+ * calls (the sum of the slots) and their histogram exactly from the table
+ * (each power of two from 16 up starts a slot, so a slot's sizes share one
+ * bucket).  2.1 KiB per kind. */
 #define FA_SMALL_MIN 16
 #define FA_SMALL_MAX 4096
 #define FA_SMALL_SHIFT 4
-#define FA_SMALL_SLOTS ((FA_SMALL_MAX - FA_SMALL_MIN) >> FA_SMALL_SHIFT)
-enum fa_small_kind { FA_SMALL_malloc, FA_SMALL_new, FA_SMALL_KINDS };
-static const enum fa_call fa_small_call[FA_SMALL_KINDS] = {FA_CALL_malloc, FA_CALL_new};
+#define FA_SMALL_SLOTS (FA_SMALL_MIN + ((FA_SMALL_MAX - FA_SMALL_MIN) >> FA_SMALL_SHIFT))
+enum fa_small_kind { FA_SMALL_malloc, FA_SMALL_calloc, FA_SMALL_new, FA_SMALL_KINDS };
+static const enum fa_call fa_small_call[FA_SMALL_KINDS] = {FA_CALL_malloc, FA_CALL_calloc, FA_CALL_new};
 #ifndef __cplusplus
 _Static_assert(FA_SMALL_MIN == 1 << FA_SMALL_SHIFT, "a slot's sizes share one histogram bucket");
 #endif
+
+/* The slot of a size n < FA_SMALL_MAX, and the smallest size of slot i. */
+static inline size_t fa_small_slot(size_t n)
+{
+    return n < FA_SMALL_MIN ? n : FA_SMALL_MIN + ((n - FA_SMALL_MIN) >> FA_SMALL_SHIFT);
+}
+static inline size_t fa_small_slot_size(size_t i)
+{
+    return i < FA_SMALL_MIN ? i : FA_SMALL_MIN + ((i - FA_SMALL_MIN) << FA_SMALL_SHIFT);
+}
 
 /* A count that is also a countdown: frees and deletes of a thread, with a
  * look of the release policy every FA_COUNTDOWN_PERIOD-th of them, in one
@@ -199,11 +210,11 @@ static inline void fa_stats_ready(fa_tstats *t)
     fa_countdown_start(&t->deletes);
 }
 
-/* Count one malloc or operator new of FA_SMALL_MIN <= n < FA_SMALL_MAX
- * bytes into t, as the fast paths do. */
+/* Count one malloc, calloc or operator new of n < FA_SMALL_MAX bytes into
+ * t, as the fast paths do. */
 static inline void fa_stats_small_into(fa_tstats *t, enum fa_small_kind k, size_t n)
 {
-    FA_RELAXED_ADD(t->small[k][(n - FA_SMALL_MIN) >> FA_SMALL_SHIFT], 1);
+    FA_RELAXED_ADD(t->small[k][fa_small_slot(n)], 1);
     FA_RELAXED_ADD(t->small_bytes, n);
 }
 

@@ -32,7 +32,11 @@ static void calls(long n)
     for (long i = 0; i < n; i++) {
         sink = malloc(32);
         free(sink);
+        sink = malloc(5); /* below 16 bytes: counted apart from the fast path */
+        free(sink);
         sink = calloc(4, 16);
+        free(sink);
+        sink = calloc(3, 2);
         free(sink);
         sink = realloc(NULL, 24);
         sink = realloc(sink, 4000);

@@ -283,10 +283,11 @@ static void *small_and_frees(void *arg)
     (void)arg;
     fa_stats_alloc(FA_CALL_malloc, 24); /* takes the thread's record */
     fa_tstats *t = fa_tls_stats;
-    for (size_t n = FA_SMALL_MIN; n < FA_SMALL_MAX; n++) {
+    for (size_t n = 0; n < FA_SMALL_MAX; n++) {
         fa_stats_small_into(t, FA_SMALL_malloc, n);
         fa_stats_small_into(t, FA_SMALL_new, n);
         fa_stats_small_into(t, FA_SMALL_new, n);
+        fa_stats_small_into(t, FA_SMALL_calloc, n);
     }
     unsigned due = 0;
     for (int i = 0; i < 1000; i++)
@@ -296,9 +297,9 @@ static void *small_and_frees(void *arg)
     return (void *)(uintptr_t)due;
 }
 
-/* What the fast paths count (a counter per 16-byte slot and a byte total,
+/* What the fast paths count (a counter per slot of sizes and a byte total,
  * the countdowns) sums to calls, bytes and histogram as if each call had
- * been counted whole: every size from 16 B to 4 KiB. */
+ * been counted whole: every size below 4 KiB, of malloc, calloc and new. */
 static void test_fast_forms_sum(void **state)
 {
     (void)state;
@@ -309,16 +310,15 @@ static void test_fast_forms_sum(void **state)
     pthread_create(&t, NULL, small_and_frees, NULL);
     pthread_join(t, &due);
     fa_stats_sum(&after);
-    uint64_t n = FA_SMALL_MAX - FA_SMALL_MIN, bytes = 0;
-    for (size_t k = FA_SMALL_MIN; k < FA_SMALL_MAX; k++)
-        bytes += k;
+    uint64_t n = FA_SMALL_MAX, bytes = n * (n - 1) / 2;
     assert_int_equal(after.calls[FA_CALL_malloc] - before.calls[FA_CALL_malloc], n + 1);
     assert_int_equal(after.calls[FA_CALL_new] - before.calls[FA_CALL_new], 2 * n);
-    assert_int_equal(after.bytes_requested - before.bytes_requested, 3 * bytes + 24);
+    assert_int_equal(after.calls[FA_CALL_calloc] - before.calls[FA_CALL_calloc], n);
+    assert_int_equal(after.bytes_requested - before.bytes_requested, 4 * bytes + 24);
     for (unsigned b = 0; b < FA_HIST_BUCKETS; b++) {
         uint64_t want = 0;
-        for (size_t k = FA_SMALL_MIN; k < FA_SMALL_MAX; k++)
-            want += fa_hist_bucket(k) == b ? 3 : 0;
+        for (size_t k = 0; k < FA_SMALL_MAX; k++)
+            want += fa_hist_bucket(k) == b ? 4 : 0;
         want += fa_hist_bucket(24) == b;
         assert_int_equal(after.hist[b] - before.hist[b], want);
     }
