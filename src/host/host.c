@@ -490,21 +490,28 @@ static __attribute__((noinline)) void *malloc_slow(size_t n, void *caller)
     return p;
 }
 
-/* With the thread's gate open (its record counts, no `soon` pending):
- * sizes below 16 bytes, from 4 KiB, and large ones. */
+/* malloc or new on the thread's record t with its gate open (the record
+ * counts, no `soon` pending): sizes below 16 bytes, from 4 KiB, and large
+ * ones.  slow_size is above 16 while the gate is open. */
+static inline __attribute__((always_inline)) void *alloc_other(fa_tstats *t, size_t n, enum fa_small_kind kind,
+                                                              void *(*tc)(size_t), const char *fn, void *caller)
+{
+    if (n < FA_FAST_MIN) {
+        fa_stats_small_into(t, kind, n);
+        return tc(FA_FAST_MIN);
+    }
+    fa_stats_alloc_into(t, fa_small_call[kind], n);
+    if (__builtin_expect(n < slow_size, 1))
+        return tc(n);
+    return large_done(tc(n), n, fn, caller);
+}
+
 __attribute__((noinline)) void *fa_host_malloc_other(size_t n, void *caller)
 {
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t->malloc_limit == 0, 0))
         return malloc_slow(n, caller);
-    if (n < FA_FAST_MIN) { /* slow_size is above 16 while the gate is open */
-        fa_stats_small_into(t, FA_SMALL_malloc, n);
-        return tc_malloc(FA_FAST_MIN);
-    }
-    fa_stats_alloc_into(t, FA_CALL_malloc, n);
-    if (__builtin_expect(n < slow_size, 1))
-        return tc_malloc(tc_size(n));
-    return large_done(tc_malloc(n), n, "malloc", caller);
+    return alloc_other(t, n, FA_SMALL_malloc, tc_malloc, "malloc", caller);
 }
 
 /* tcmalloc's calloc clears the whole block, faulting in fresh memory that
@@ -908,14 +915,7 @@ __attribute__((noinline)) void *fa_host_new_other(size_t n, void *caller)
     fa_tstats *t = fa_tls_stats;
     if (__builtin_expect(t->malloc_limit == 0, 0))
         return new_slow(n, 0, caller);
-    if (n < FA_FAST_MIN) {
-        fa_stats_small_into(t, FA_SMALL_new, n);
-        return tc_new(FA_FAST_MIN);
-    }
-    fa_stats_alloc_into(t, FA_CALL_new, n);
-    if (__builtin_expect(n < slow_size, 1))
-        return tc_new(tc_size(n));
-    return large_done(tc_new(n), n, "operator new", caller);
+    return alloc_other(t, n, FA_SMALL_new, tc_new, "operator new", caller);
 }
 
 void *fa_host_new(size_t n, size_t align, void *caller)
