@@ -34,6 +34,7 @@
 #include "../core/fmt.h"
 #include "../stats/snapshot.h"
 #include "../stats/stats.h"
+#include "fastpath.h"
 #include "grown.h"
 #include "loader.h"
 #include "release.h"
@@ -64,15 +65,13 @@ extern double fa_tc_release_rate __asm__(
  * (up to 8 bytes) only to 8.  Such a request takes the next class, which
  * costs 16 bytes where glibc takes 32, and a sized delete names the same
  * class (tcmalloc takes the size as the hint of the class). */
-static inline size_t tc_size(size_t n) { return n < 16 ? 16 : n; }
+static inline size_t tc_size(size_t n) { return n < FA_FAST_MIN ? FA_FAST_MIN : n; }
 
 /* 0 until initialised: every call then takes the slow path, which loads
  * the settings.  Afterwards min(report threshold, FA_RELEASE_MIN). */
 static size_t slow_size;
 static size_t slow_size_set; /* slow_size as the settings make it */
 static int soon_due;          /* slow_size is 1 until an allocation runs fa_release_nudge */
-/* Below slow_size, sizes take the histogram's uncapped bucket. */
-_Static_assert(FA_RELEASE_MIN < (size_t)1 << (FA_HIST_BUCKETS - 2), "fast-path sizes must fit the histogram");
 static size_t report_size; /* 0 = reports off */
 static struct timespec start_time;
 #ifndef CALLOC_SPARSE_MIN
@@ -103,12 +102,15 @@ static void host_init(void)
 /* The release policy's hook (fa_release_set_soon): every allocation takes
  * the slow path until one, not made by the dynamic loader, nudges the
  * policy (starts its thread). */
+static void gates_close_alloc(void);
+
 static void host_soon(void)
 {
     if (__atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
         return; /* not initialised: the first call runs host_init anyway */
     __atomic_store_n(&soon_due, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&slow_size, 1, __ATOMIC_RELEASE);
+    gates_close_alloc();
 }
 
 static __attribute__((noinline)) void soon_run(void *caller)
@@ -128,6 +130,128 @@ static __attribute__((noinline)) void host_first_use(void)
     if (!__atomic_exchange_n(&fill_begun, true, __ATOMIC_ACQ_REL))
         fa_start_fill_begin((const void *)tc_malloc);
     host_init();
+}
+
+/* ---- the gates of the fast paths (fastpath.h) -------------------------------
+ *
+ * Each thread's record says which of its calls may take a fast path: a
+ * malloc or operator new of n bytes when n - 16 < its limit (16 bytes up
+ * to the smaller of 4 KiB and slow_size), a free or delete of p when
+ * p & its mask is not 0.  The mask is ~0 (only NULL goes out of line)
+ * until the first large block, then 4095 (page-aligned blocks go out of
+ * line too: large ones start on a page).  0 closes a gate: a thread's
+ * record starts so, and the kernel zeroes it in a forked child.  A thread
+ * opens its own gates on its out-of-line path; what closes them for all
+ * threads at once (the release policy's `soon`, the first large block, the
+ * C++ forms left to the program) changes a flag, then walks every record.
+ * Opening stores, then reads the flags again after a full fence, and
+ * closing sets its flag, then walks after a full fence: each sees the
+ * other's stores, so no thread keeps a gate open that was closed. */
+static int gate_large;    /* a large block may exist: page-aligned frees go out of line */
+static int gate_cxx_shut; /* operator new and delete go out of line (override_cxx.cc) */
+
+#define MASK_SMALL (~(uintptr_t)0)
+#define MASK_LARGE ((uintptr_t)4095)
+
+/* The gates as the flags make them now. */
+static void gates_now(size_t *limit, uintptr_t *mask, bool *cxx)
+{
+    size_t s = __atomic_load_n(&slow_size, __ATOMIC_RELAXED); /* 0 and 1 (soon) close */
+    size_t top = s < FA_SMALL_MAX ? s : FA_SMALL_MAX;
+    *limit = top > FA_FAST_MIN ? top - FA_FAST_MIN : 0;
+    *mask = __atomic_load_n(&gate_large, __ATOMIC_RELAXED) ? MASK_LARGE : MASK_SMALL;
+    *cxx = !__atomic_load_n(&gate_cxx_shut, __ATOMIC_RELAXED);
+}
+
+static void gates_store(fa_tstats *t, size_t limit, uintptr_t mask, bool cxx)
+{
+    __atomic_store_n(&t->malloc_limit, limit, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->new_limit, cxx ? limit : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->free_mask, mask, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->delete_mask, cxx ? mask : 0, __ATOMIC_RELAXED);
+}
+
+/* The calling thread's own record t: open its gates as far as the flags
+ * allow (nothing before host_init).  A record the kernel zeroed at a fork
+ * that ran no fork handlers comes here at the child's first call: the
+ * child takes the state over now (owner.h). */
+static void gates_open(fa_tstats *t)
+{
+    if (!fa_stats_mine(t) || __atomic_load_n(&slow_size, __ATOMIC_ACQUIRE) == 0)
+        return;
+    fa_owner_adopt();
+    size_t limit;
+    uintptr_t mask;
+    bool cxx;
+    fa_stats_ready(t);
+    gates_now(&limit, &mask, &cxx);
+    gates_store(t, limit, mask, cxx);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    size_t limit2;
+    uintptr_t mask2;
+    bool cxx2;
+    gates_now(&limit2, &mask2, &cxx2);
+    if (limit2 != limit || mask2 != mask || cxx2 != cxx)
+        gates_store(t, limit2 < limit ? limit2 : limit, mask2 != mask ? MASK_LARGE : mask, cxx && cxx2);
+}
+
+/* The thread's own record, if its gates are closed (its first call, or a
+ * forked child whose records the kernel zeroed): open them. */
+static inline void gates_check(fa_tstats *t)
+{
+    if (__builtin_expect(fa_stats_mine(t) && (t->free_mask == 0 || t->malloc_limit == 0), 0))
+        gates_open(t);
+}
+
+static void close_alloc(fa_tstats *t, void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&t->malloc_limit, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->new_limit, 0, __ATOMIC_RELAXED);
+}
+
+static void close_cxx(fa_tstats *t, void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&t->new_limit, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->delete_mask, 0, __ATOMIC_RELAXED);
+}
+
+/* An open mask of small blocks becomes the mask of large ones; a closed
+ * one stays closed. */
+static void mask_large(fa_tstats *t, void *arg)
+{
+    (void)arg;
+    uintptr_t *masks[2] = {&t->free_mask, &t->delete_mask};
+    for (int i = 0; i < 2; i++) {
+        uintptr_t m = MASK_SMALL;
+        __atomic_compare_exchange_n(masks[i], &m, MASK_LARGE, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
+}
+
+/* After slow_size fell to 1 (soon): every malloc and new goes out of line. */
+static void gates_close_alloc(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fa_stats_each(close_alloc, NULL);
+}
+
+/* Before the first large block is handed out: from then on, a free of a
+ * page-aligned block goes out of line in every thread. */
+static void gates_large(void)
+{
+    if (__atomic_load_n(&gate_large, __ATOMIC_ACQUIRE) || __atomic_exchange_n(&gate_large, 1, __ATOMIC_ACQ_REL))
+        return;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fa_stats_each(mask_large, NULL);
+}
+
+void fa_host_cxx_gates(bool open)
+{
+    __atomic_store_n(&gate_cxx_shut, !open, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!open)
+        fa_stats_each(close_cxx, NULL);
 }
 
 /* Before the first call into tcmalloc of every allocating path. */
@@ -219,8 +343,10 @@ static __attribute__((noinline)) void *large_seen(void *p, size_t n, const char 
         soon_run(caller);
     if (p && report_size && n >= report_size)
         report_large(n, fn, caller);
-    if (p && n >= FA_RELEASE_MIN)
+    if (p && n >= FA_RELEASE_MIN) {
+        gates_large();
         fa_release_on_alloc(p, n);
+    }
     return p;
 }
 
@@ -347,35 +473,45 @@ static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, 
 
 /* ---- the malloc family ---------------------------------------------------- */
 
-/* Every 2^16 malloc or new calls of a thread, the copy of tcmalloc's
- * numbers that signal-time reports use is refreshed (a few microseconds). */
-#define TC_CACHE_DUE(count) __builtin_expect(((count) & 0xffff) == 0, 0)
+/* Every 256th look of a thread's frees (or deletes): every 65,536th call,
+ * the copy of tcmalloc's numbers that signal-time reports use is
+ * refreshed (a few microseconds). */
+#define TC_CACHE_DUE(word) __builtin_expect((((word) >> 16) & 0xff) == 0, 0)
 
-/* The four hottest calls have a fast path of a count, two compares and a
- * jump into tcmalloc; everything else (first call of a thread, sizes at or
- * above slow_size, the cache refresh) is out of line. */
+/* The out-of-line malloc: the thread's first call (or one after its exit
+ * destructor), sizes at or above slow_size, and everything while the
+ * release policy waits for an allocation (soon). */
 static __attribute__((noinline)) void *malloc_slow(size_t n, void *caller)
 {
     HOST_READY();
-    if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_malloc, n)))
-        tc_cache_refresh();
-    return AFTER_ALLOC(tc_malloc(tc_size(n)), n, "malloc", caller);
+    fa_stats_alloc(FA_CALL_malloc, n);
+    void *p = AFTER_ALLOC(tc_malloc(tc_size(n)), n, "malloc", caller);
+    gates_check(fa_tls_stats); /* after a `soon` the allocation above ran */
+    return p;
 }
 
-static __attribute__((noinline)) void *malloc_refresh(size_t n)
+/* malloc or new on the thread's record t with its gate open (the record
+ * counts, no `soon` pending): sizes below 16 bytes, from 4 KiB, and large
+ * ones.  slow_size is above 16 while the gate is open. */
+static inline __attribute__((always_inline)) void *alloc_other(fa_tstats *t, size_t n, enum fa_small_kind kind,
+                                                              void *(*tc)(size_t), const char *fn, void *caller)
 {
-    tc_cache_refresh();
-    return tc_malloc(tc_size(n));
+    if (n < FA_FAST_MIN) {
+        fa_stats_small_into(t, kind, n);
+        return tc(FA_FAST_MIN);
+    }
+    fa_stats_alloc_into(t, fa_small_call[kind], n);
+    if (__builtin_expect(n < slow_size, 1))
+        return tc(n);
+    return large_done(tc(n), n, fn, caller);
 }
 
-void *fa_host_malloc(size_t n, void *caller)
+__attribute__((noinline)) void *fa_host_malloc_other(size_t n, void *caller)
 {
     fa_tstats *t = fa_tls_stats;
-    if (__builtin_expect(t == NULL || n >= slow_size, 0))
+    if (__builtin_expect(t->malloc_limit == 0, 0))
         return malloc_slow(n, caller);
-    if (TC_CACHE_DUE(fa_stats_alloc_small_into(t, FA_CALL_malloc, n)))
-        return malloc_refresh(n);
-    return tc_malloc(tc_size(n));
+    return alloc_other(t, n, FA_SMALL_malloc, tc_malloc, "malloc", caller);
 }
 
 /* tcmalloc's calloc clears the whole block, faulting in fresh memory that
@@ -390,7 +526,7 @@ static __attribute__((noinline)) void *calloc_large(size_t total)
     return p;
 }
 
-void *fa_host_calloc(size_t n, size_t size, void *caller)
+static __attribute__((noinline)) void *calloc_slow(size_t n, size_t size, void *caller)
 {
     HOST_READY();
     size_t total;
@@ -403,6 +539,23 @@ void *fa_host_calloc(size_t n, size_t size, void *caller)
     if (__builtin_expect(total >= slow_size, 0))
         return large_seen(calloc_large(total), total, "calloc", caller);
     return tc_calloc(1, tc_size(total));
+}
+
+/* What fa_fast_calloc did not take.  With the thread's gate open and a
+ * product that neither overflows nor is large (below 16 bytes, from
+ * 4 KiB), without a frame. */
+__attribute__((noinline)) void *fa_host_calloc(size_t n, size_t size, void *caller)
+{
+    fa_tstats *t = fa_tls_stats;
+    size_t total;
+    if (__builtin_expect(!__builtin_mul_overflow(n, size, &total) && t->malloc_limit != 0 && total < slow_size, 1)) {
+        if (total < FA_FAST_MIN)
+            fa_stats_small_into(t, FA_SMALL_calloc, total);
+        else
+            fa_stats_alloc_into(t, FA_CALL_calloc, total);
+        return tc_calloc(1, tc_size(total));
+    }
+    return calloc_slow(n, size, caller);
 }
 
 /* A grown block (grown.h) is done with: its report and huge pages, as
@@ -475,10 +628,24 @@ static void *realloc_counted(void *p, size_t n, const char *fn, void *caller)
     return AFTER_ALLOC(q, n, fn, caller);
 }
 
-void *fa_host_realloc(void *p, size_t n, void *caller)
+static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, void *caller)
 {
     fa_stats_alloc(FA_CALL_realloc, n);
     return realloc_counted(p, n, "realloc", caller);
+}
+
+void *fa_host_realloc(void *p, size_t n, void *caller)
+{
+    /* The common case, without a frame: the thread's gates open (its
+     * record counts, no `soon` pending), p a block free's gate lets through
+     * (not NULL, not one that may be large), n neither 0 (a free) nor
+     * large: tcmalloc's realloc, whose result is small too. */
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t->malloc_limit != 0 && ((uintptr_t)p & t->free_mask) != 0 && n - 1 < slow_size - 1, 1)) {
+        fa_stats_alloc_into(t, FA_CALL_realloc, n);
+        return tc_realloc(p, tc_size(n));
+    }
+    return realloc_slow(p, n, caller);
 }
 
 void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller)
@@ -509,26 +676,13 @@ static inline void free_counted(void *p, void *caller)
         tc_free(p);
 }
 
-/* A thread's first counted call (or one after its exit destructor): out of
- * line, so the fast path keeps p in a register without saving one. */
-static __attribute__((noinline)) void free_uncounted(void *p, void *caller)
-{
-    /* A thread with no record, as it ends, after its key destructors ran
-     * (a record taken now would never be handed back): glibc's free(NULL)s
-     * of the thread's libc buffers it never used, and ld.so freeing other
-     * ended threads' TLS.  Counted in the shared record. */
-    if (!p || fa_from_loader(caller))
-        fa_stats_free_shared(FA_CALL_free);
-    else
-        fa_stats_free(FA_CALL_free);
-    free_counted(p, caller);
-}
-
 void fa_host_free_sized(void *p, void *caller)
 {
     /* Another allocator serves malloc without sized frees of its own
      * (jemalloc 5.3 has none): its free gets the block, as glibc's
-     * free_sized hands it to free. */
+     * free_sized hands it to free.  The size is not passed on to
+     * tcmalloc's sized free: a block realloc shrank in place keeps the
+     * size class of its old size. */
     void (*global)(void *) = free;
     if (fa_free_self && global != fa_free_self) {
         global(p);
@@ -537,30 +691,66 @@ void fa_host_free_sized(void *p, void *caller)
     fa_host_free(p, caller);
 }
 
-/* Every 256th free or delete of a thread (the byte wraps), the release
- * policy looks at what small frees left free (release.h). */
-_Static_assert(FA_RELEASE_CHECK_FREES == 256, "free_countdown is one byte");
-#define FREE_CHECK_DUE(t) __builtin_expect(--(t)->free_countdown == 0, 0)
+/* Every FA_RELEASE_CHECK_FREES-th free or delete of a thread (its
+ * countdown ran out), the release policy looks at what small frees left
+ * free (release.h). */
+_Static_assert(FA_RELEASE_CHECK_FREES == FA_COUNTDOWN_PERIOD, "the countdown paces the policy's look");
 
-static __attribute__((noinline)) void free_then_check(void *p, void *caller)
+static void free_look(uint64_t word, bool may_start)
 {
-    free_counted(p, caller);
-    fa_release_check_free(!fa_from_loader(caller));
+    fa_release_check_free(may_start);
+    if (TC_CACHE_DUE(word))
+        tc_cache_refresh();
 }
 
-void fa_host_free(void *p, void *caller)
+/* A free on a thread whose gate is closed: its first counted call (or one
+ * after its exit destructor), or a forked child's first. */
+static __attribute__((noinline)) void free_closed(void *p, void *caller)
 {
     fa_tstats *t = fa_tls_stats;
-    if (__builtin_expect(t == NULL, 0)) {
-        free_uncounted(p, caller);
-        return;
+    bool due;
+    if (fa_stats_mine(t)) {
+        due = fa_stats_free_into(t, FA_CALL_free);
+    } else if (!p || fa_from_loader(caller)) {
+        /* A thread with no record, as it ends, after its key destructors
+         * ran (a record taken now would never be handed back): glibc's
+         * free(NULL)s of the thread's libc buffers it never used, and ld.so
+         * freeing other ended threads' TLS.  Counted in the shared record. */
+        fa_stats_free_shared(FA_CALL_free);
+        due = false;
+    } else {
+        due = fa_stats_free(FA_CALL_free); /* the thread's first counted call */
+        t = fa_tls_stats;
     }
-    FA_RELAXED_ADD(t->calls[FA_CALL_free], 1);
-    if (FREE_CHECK_DUE(t)) {
-        free_then_check(p, caller);
-        return;
-    }
+    gates_check(t);
     free_counted(p, caller);
+    if (__builtin_expect(due, 0))
+        free_look(t->frees.word, !fa_from_loader(caller));
+}
+
+/* With the gate open: NULL and page-aligned blocks (large ones among
+ * them once there are any). */
+__attribute__((noinline)) void fa_host_free(void *p, void *caller)
+{
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t->free_mask == 0, 0)) {
+        free_closed(p, caller);
+        return;
+    }
+    bool due = fa_countdown_tick(&t->frees); /* started: the gate is open */
+    free_counted(p, caller);
+    if (__builtin_expect(due, 0)) {
+        fa_countdown_refill(&t->frees);
+        free_look(t->frees.word, !fa_from_loader(caller));
+    }
+}
+
+__attribute__((noinline)) void fa_host_free_due(void *p, void *caller)
+{
+    fa_tstats *t = fa_tls_stats;
+    fa_countdown_refill(&t->frees);
+    free_counted(p, caller);
+    free_look(t->frees.word, !fa_from_loader(caller));
 }
 
 static void *aligned(enum fa_call c, const char *fn, size_t align, size_t n, void *caller)
@@ -711,24 +901,31 @@ static inline void *tc_new_any(size_t n, size_t align)
 static __attribute__((noinline)) void *new_slow(size_t n, size_t align, void *caller)
 {
     HOST_READY();
-    if (TC_CACHE_DUE(fa_stats_alloc(FA_CALL_new, n)))
-        tc_cache_refresh();
-    return AFTER_ALLOC(tc_new_any(n, align), n, "operator new", caller);
+    fa_stats_alloc(FA_CALL_new, n);
+    void *p = AFTER_ALLOC(tc_new_any(n, align), n, "operator new", caller);
+    gates_check(fa_tls_stats); /* after a `soon` the allocation above ran */
+    return p;
 }
 
-static __attribute__((noinline)) void *new_refresh(size_t n, size_t align)
+/* As fa_host_malloc_other.  The thread's malloc gate says whether its
+ * record counts and no `soon` is pending: new's own gate may be shut while
+ * the forms left to forgealloc are served here. */
+__attribute__((noinline)) void *fa_host_new_other(size_t n, void *caller)
 {
-    tc_cache_refresh();
-    return tc_new_any(n, align);
+    fa_tstats *t = fa_tls_stats;
+    if (__builtin_expect(t->malloc_limit == 0, 0))
+        return new_slow(n, 0, caller);
+    return alloc_other(t, n, FA_SMALL_new, tc_new, "operator new", caller);
 }
 
 void *fa_host_new(size_t n, size_t align, void *caller)
 {
+    if (align == 0)
+        return fa_host_new_other(n, caller);
     fa_tstats *t = fa_tls_stats;
-    if (__builtin_expect(t == NULL || n >= slow_size, 0))
+    if (__builtin_expect(t->malloc_limit == 0 || n >= slow_size, 0))
         return new_slow(n, align, caller);
-    if (TC_CACHE_DUE(fa_stats_alloc_small_into(t, FA_CALL_new, n)))
-        return new_refresh(n, align);
+    fa_stats_alloc_into(t, FA_CALL_new, n);
     return tc_new_any(n, align);
 }
 
@@ -740,31 +937,22 @@ static inline void delete_counted(void *p, size_t size, size_t align)
         tc_delete_any(p, size, align);
 }
 
-static __attribute__((noinline)) void delete_uncounted(void *p, size_t size, size_t align)
+__attribute__((noinline)) void fa_host_delete(void *p, size_t size, size_t align)
 {
-    fa_stats_free(FA_CALL_delete);
+    bool due = fa_stats_free(FA_CALL_delete); /* a thread without a record takes one */
+    fa_tstats *t = fa_tls_stats;
+    gates_check(t);
     delete_counted(p, size, align);
+    if (__builtin_expect(due, 0))
+        free_look(t->deletes.word, true);
 }
 
-static __attribute__((noinline)) void delete_then_check(void *p, size_t size, size_t align)
-{
-    delete_counted(p, size, align);
-    fa_release_check_free(true);
-}
-
-void fa_host_delete(void *p, size_t size, size_t align)
+__attribute__((noinline)) void fa_host_delete_due(void *p, size_t n)
 {
     fa_tstats *t = fa_tls_stats;
-    if (__builtin_expect(t == NULL, 0)) {
-        delete_uncounted(p, size, align);
-        return;
-    }
-    FA_RELAXED_ADD(t->calls[FA_CALL_delete], 1);
-    if (FREE_CHECK_DUE(t)) {
-        delete_then_check(p, size, align);
-        return;
-    }
-    delete_counted(p, size, align);
+    fa_countdown_refill(&t->deletes);
+    delete_counted(p, n, 0);
+    free_look(t->deletes.word, true);
 }
 
 /* ---- introspection -------------------------------------------------------- */

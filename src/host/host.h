@@ -20,8 +20,27 @@ struct fa_snapshot;
  * frees, to tell the dynamic loader's frees apart: loader.h). */
 #define FA_CALLER __builtin_return_address(0)
 
-void *fa_host_malloc(size_t n, void *caller);
+/* The out-of-line ends of the fast paths (fastpath.h), each jumped to with
+ * the program's return address.  malloc and calloc: any size the fast path
+ * did not take (below 16 bytes, 4 KiB and up, a thread whose gate is
+ * closed; for calloc also a product that overflows);
+ * free: what the gate sent out (NULL, a page-aligned block that may be
+ * large, a thread whose gate is closed; and cfree, free_sized), and a free
+ * whose countdown ran out (the release policy's look is due). */
+void *fa_host_malloc_other(size_t n, void *caller);
 void *fa_host_calloc(size_t n, size_t size, void *caller);
+void fa_host_free(void *p, void *caller) __attribute__((nothrow));
+void fa_host_free_due(void *p, void *caller) __attribute__((nothrow));
+/* The same for operator new and delete (the forms with no parent, or with
+ * the program's replacements not in the way: override_cxx.cc; a delete
+ * the gate sent out goes to fa_host_delete); n: the size of a sized
+ * delete, 0 for an unsized one. */
+void *fa_host_new_other(size_t n, void *caller);
+void fa_host_delete_due(void *p, size_t n) __attribute__((nothrow));
+/* false: operator new and delete take their out-of-line paths from now
+ * on, in every thread (the program replaces some: override_cxx.cc). */
+void fa_host_cxx_gates(bool open);
+
 void *fa_host_realloc(void *p, size_t n, void *caller);
 void *fa_host_reallocarray(void *p, size_t n, size_t size, void *caller);
 /* The library's own realloc, under a hidden name (override_libc.c; absent,
@@ -34,7 +53,6 @@ extern void fa_host_cxx_bad_alloc(void) __attribute__((weak, noreturn));
 /* free_sized and free_aligned_sized (C23): a free, or where another
  * allocator serves malloc without them, that allocator's free. */
 void fa_host_free_sized(void *p, void *caller);
-void fa_host_free(void *p, void *caller);
 void *fa_host_memalign(size_t align, size_t n, void *caller);
 void *fa_host_aligned_alloc(size_t align, size_t n, void *caller);
 int fa_host_posix_memalign(void **out, size_t align, size_t n, void *caller);
@@ -42,12 +60,14 @@ void *fa_host_valloc(size_t n, void *caller);
 void *fa_host_pvalloc(size_t n, void *caller);
 size_t fa_host_usable_size(void *p);
 
-/* operator new: align 0 = default alignment.  The new-handler is honoured
- * and std::bad_alloc thrown by tcmalloc's tc_new family; the nothrow forms
- * catch whatever is thrown (override_cxx.cc). */
+/* operator new outside the fast path (aligned, nothrow): align 0 = default
+ * alignment.  The new-handler is honoured and std::bad_alloc thrown by
+ * tcmalloc's tc_new family; the nothrow forms catch whatever is thrown
+ * (override_cxx.cc). */
 void *fa_host_new(size_t n, size_t align, void *caller);
-/* operator delete: size 0 = unsized; align 0 = default alignment. */
-void fa_host_delete(void *p, size_t size, size_t align);
+/* operator delete outside the fast path (aligned, nothrow): size 0 =
+ * unsized; align 0 = default alignment. */
+void fa_host_delete(void *p, size_t size, size_t align) __attribute__((nothrow));
 /* At start, once it is known who serves malloc: whether the program (or an
  * allocator ahead of forgealloc) replaces some operator new/delete, so the
  * forms forgealloc serves must call the replacements (override_cxx.cc). */

@@ -1,7 +1,8 @@
 // override_cxx.cc - every C++ operator new/new[]/delete/delete[] variant
 // (plain, sized, aligned, nothrow: 8 new + 12 delete), each a one-line
-// forward to the host core.  The new-handler and std::bad_alloc are
-// tcmalloc's tc_new family's job (called from fa_host_new).
+// forward to the host core (the most used through its inline fast path,
+// fastpath.h).  The new-handler and std::bad_alloc are tcmalloc's tc_new
+// family's job.
 //
 // A program may replace some of these itself (the standard allows
 // replacing just operator new(size_t) and operator delete(void *)), and
@@ -9,12 +10,15 @@
 // forms left to forgealloc must then reach the replacements as libstdc++'s
 // do: each derived form calls its parent (new[] -> new, sized delete ->
 // delete, nothrow new -> new inside a try, ...), found where the loader
-// finds it.  fa_host_cxx_check decides that once, at start.
+// finds it.  fa_host_cxx_check decides that once, at start, and then shuts
+// the fast paths of operator new and delete, so the forms that have one
+// meet their parents on their way out of line.
 #include <cstddef>
 #include <dlfcn.h>
 #include <new>
 
 #include "../core/export.h"
+#include "fastpath.h"
 #include "host.h"
 
 #define AL(a) static_cast<std::size_t>(a)
@@ -77,19 +81,33 @@ extern "C" void fa_host_cxx_check(void)
     parent.del_al = reinterpret_cast<void (*)(void *, std::align_val_t)>(f[6]);
     parent.dela_al = reinterpret_cast<void (*)(void *, std::align_val_t)>(f[7]);
     __atomic_store_n(&replaced, true, __ATOMIC_RELEASE);
+    fa_host_cxx_gates(false);
+}
+
+// The out-of-line paths of the forms with a fast path (fastpath.h).
+void *fa_cxx_new_other(std::size_t n, fa_cxx_parent form, void *caller)
+{
+    if (form == FA_PARENT_NEW && REPLACED)
+        return parent.nw(n);
+    return fa_host_new_other(n, caller);
+}
+
+void fa_cxx_delete_other(void *p, std::size_t n, fa_cxx_parent form) noexcept
+{
+    if (REPLACED && form != FA_PARENT_NONE)
+        return form == FA_PARENT_DELETE_ARRAY ? parent.dela(p) : parent.del(p);
+    fa_host_delete(p, n, 0);
 }
 
 // The four forms with no parent.
-FA_EXPORT void *operator new(std::size_t n) { return fa_host_new(n, 0, FA_CALLER); }
+FA_EXPORT void *operator new(std::size_t n) { return fa_fast_new(n, FA_PARENT_NONE); }
 FA_EXPORT void *operator new(std::size_t n, std::align_val_t a) { return fa_host_new(n, AL(a), FA_CALLER); }
-FA_EXPORT void operator delete(void *p) noexcept { fa_host_delete(p, 0, 0); }
+FA_EXPORT void operator delete(void *p) noexcept { fa_fast_delete(p, FA_PARENT_NONE); }
 FA_EXPORT void operator delete(void *p, std::align_val_t a) noexcept { fa_host_delete(p, 0, AL(a)); }
 
-// The derived forms.
-FA_EXPORT void *operator new[](std::size_t n)
-{
-    return REPLACED ? parent.nw(n) : fa_host_new(n, 0, FA_CALLER);
-}
+// The derived forms: the four most used have a fast path, and meet the
+// program's replacements out of line (fa_cxx_new_other, fa_cxx_delete_other).
+FA_EXPORT void *operator new[](std::size_t n) { return fa_fast_new(n, FA_PARENT_NEW); }
 FA_EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept
 {
     return REPLACED ? try_new(parent.nw, n) : try_new(fa_host_new, n, std::size_t(0), FA_CALLER);
@@ -111,11 +129,11 @@ FA_EXPORT void *operator new[](std::size_t n, std::align_val_t a, const std::not
     return REPLACED ? try_new(parent.nwa_al, n, a) : try_new(fa_host_new, n, std::size_t(AL(a)), FA_CALLER);
 }
 
-FA_EXPORT void operator delete[](void *p) noexcept { REPLACED ? parent.del(p) : fa_host_delete(p, 0, 0); }
+FA_EXPORT void operator delete[](void *p) noexcept { fa_fast_delete(p, FA_PARENT_DELETE); }
 FA_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { REPLACED ? parent.del(p) : fa_host_delete(p, 0, 0); }
 FA_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { REPLACED ? parent.dela(p) : fa_host_delete(p, 0, 0); }
-FA_EXPORT void operator delete(void *p, std::size_t n) noexcept { REPLACED ? parent.del(p) : fa_host_delete(p, n, 0); }
-FA_EXPORT void operator delete[](void *p, std::size_t n) noexcept { REPLACED ? parent.dela(p) : fa_host_delete(p, n, 0); }
+FA_EXPORT void operator delete(void *p, std::size_t n) noexcept { fa_fast_delete_sized(p, n, FA_PARENT_DELETE); }
+FA_EXPORT void operator delete[](void *p, std::size_t n) noexcept { fa_fast_delete_sized(p, n, FA_PARENT_DELETE_ARRAY); }
 FA_EXPORT void operator delete[](void *p, std::align_val_t a) noexcept { REPLACED ? parent.del_al(p, a) : fa_host_delete(p, 0, AL(a)); }
 FA_EXPORT void operator delete(void *p, std::align_val_t a, const std::nothrow_t &) noexcept { REPLACED ? parent.del_al(p, a) : fa_host_delete(p, 0, AL(a)); }
 FA_EXPORT void operator delete[](void *p, std::align_val_t a, const std::nothrow_t &) noexcept { REPLACED ? parent.dela_al(p, a) : fa_host_delete(p, 0, AL(a)); }

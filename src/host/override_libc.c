@@ -15,17 +15,19 @@
 #include <malloc.h>
 #include <stdlib.h>
 
+#include "../core/export.h"
+#include "fastpath.h"
 #include "host.h"
 #include "lookup.h"
 
 #define FA_ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
 
-FA_LIBC_MALLOC(malloc) void *malloc(size_t n) { return fa_host_malloc(n, FA_CALLER); }
-FA_LIBC_MALLOC(calloc) void *calloc(size_t n, size_t size) { return fa_host_calloc(n, size, FA_CALLER); }
+FA_LIBC_MALLOC(malloc) void *malloc(size_t n) { return fa_fast_malloc(n); }
+FA_LIBC_MALLOC(calloc) void *calloc(size_t n, size_t size) { return fa_fast_calloc(n, size); }
 FA_LIBC_MALLOC(realloc) void *realloc(void *p, size_t n) { return fa_host_realloc(p, n, FA_CALLER); }
 FA_LIBC_MALLOC(reallocarray)
 void *reallocarray(void *p, size_t n, size_t size) { return fa_host_reallocarray(p, n, size, FA_CALLER); }
-FA_LIBC_MALLOC(free) void free(void *p) { fa_host_free(p, FA_CALLER); }
+FA_LIBC_MALLOC(free) void free(void *p) { fa_fast_free(p); }
 FA_LIBC_MALLOC(memalign) void *memalign(size_t align, size_t n) { return fa_host_memalign(align, n, FA_CALLER); }
 FA_LIBC_MALLOC(aligned_alloc)
 void *aligned_alloc(size_t align, size_t n) { return fa_host_aligned_alloc(align, n, FA_CALLER); }
@@ -38,7 +40,7 @@ FA_LIBC_MALLOC(malloc_usable_size) size_t malloc_usable_size(void *p) { return f
 /* Removed from glibc's headers but still exported and still called by old
  * programs; C23's sized frees (the size is only a hint: freeing works
  * without it). */
-FA_LIBC_MALLOC(cfree) void cfree(void *p) { fa_host_free(p, FA_CALLER); }
+FA_LIBC_MALLOC(cfree) void cfree(void *p) { fa_fast_free(p); }
 FA_LIBC_MALLOC(free_sized) void free_sized(void *p, size_t size) { (void)size; fa_host_free_sized(p, FA_CALLER); }
 FA_LIBC_MALLOC(free_aligned_sized)
 void free_aligned_sized(void *p, size_t align, size_t size) { (void)align, (void)size; fa_host_free_sized(p, FA_CALLER); }

@@ -186,7 +186,7 @@ typedef struct fa_snapshot {
      * the JSON config object, the thresholds the text names */
     fa_optval settings[FA_OPT_COUNT];
     /* host */
-    fa_tstats host;
+    fa_host_counts host;
     uint64_t rss_bytes, peak_rss_bytes;
     uint64_t releases, released_bytes; /* returns to the OS made by forgealloc */
     uint64_t released_by[FA_REL_COUNT]; /* released_bytes by reason */

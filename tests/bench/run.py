@@ -19,6 +19,7 @@ Usually run through scripts/bench.sh; see --help.
 import argparse
 import contextlib
 import datetime
+import glob
 import importlib.util
 import json
 import os
@@ -122,14 +123,23 @@ class Workload:
     allocators: tuple = ()  # names to run under; () = the standard set
     metrics: tuple = ()  # (JSON key, unit, scale) shown in the table
     needs_module: str = ""  # Python module without which the workload is skipped
+    needs_program: str = ""  # program (on PATH, or a path) without which the workload is skipped
     quick: bool = True  # False: left out of --quick unless named with --only
     cgroup_mib: int = 0  # each run in a fresh memory cgroup limited to this (skipped where none can be made)
     timeout_s: int = RUN_TIMEOUT_S  # a run that takes longer is killed and reported FAILED
 
 
 STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
-# forgealloc+stats: stats-overhead only; glibc+trim (malloc_trim(0) after each unload): model-switch only.
-ALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "forgealloc+stats", "glibc+trim")
+# forgealloc+stats: stats-overhead only; forgealloc+text (the text dump the launchers set, to a file per
+# process): the real-program rows; glibc+trim (malloc_trim(0) after each unload): model-switch only.
+ALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "forgealloc+stats", "forgealloc+text", "glibc+trim")
+# Programs nobody here wrote (real_program.py): against plain tcmalloc, with the stats dump on and off.
+REAL_ALLOCATORS = ("glibc", "tcmalloc", "forgealloc", "forgealloc+text")
+REAL_METRICS = (
+    ("program_s", "s program", 1),
+    ("program_cpu_s", "s program cpu", 1),
+    ("stats_file_bytes", "KB stats files", 1 / 1024),
+)
 OPS = ("ops_per_s", "Mops/s", 1e-6)
 
 WORKLOADS = (
@@ -310,6 +320,34 @@ WORKLOADS = (
         metrics=(("child_ok", "child got its memory", 1),),
         cgroup_mib=512,
     ),
+    Workload(
+        "real-gxx",
+        "g++ -O1 compiling a file that includes 34 standard headers (cc1plus: 2.6M malloc+calloc, 2.7M free)",
+        "real_program.py",
+        ("gxx",),
+        allocators=REAL_ALLOCATORS,
+        metrics=REAL_METRICS,
+        needs_program="g++",
+    ),
+    Workload(
+        "real-python-parse",
+        "/usr/bin/python3 ast-parsing and walking 400 stdlib modules, PYTHONMALLOC=malloc (7.3M malloc, 8.9M free)",
+        "real_program.py",
+        ("python-parse",),
+        env={"PYTHONMALLOC": "malloc"},
+        allocators=REAL_ALLOCATORS,
+        metrics=REAL_METRICS,
+        needs_program="/usr/bin/python3",
+    ),
+    Workload(
+        "real-sqlite",
+        "sqlite3 on an in-memory database: 200k rows inserted, indexed, grouped, joined, updated (2.4M calls)",
+        "real_program.py",
+        ("sqlite",),
+        allocators=REAL_ALLOCATORS,
+        metrics=REAL_METRICS,
+        needs_program="sqlite3",
+    ),
     Workload("python", "CPython json/str/dict churn, pymalloc", "python_alloc.py", (PYTHON_ROUNDS,)),
     Workload(
         "python-malloc",
@@ -379,7 +417,9 @@ WORKLOADS = (
 
 
 def discover_allocators(forgealloc_lib, stats_file):
-    """All allocators that can run here, and one note per one that cannot."""
+    """All allocators that can run here, and one note per one that cannot.
+    stats_file: where forgealloc+stats writes its dump; forgealloc+text
+    writes one per process beside it."""
     allocators, notes = [], []
     allocators.append(Allocator("glibc"))
     allocators.append(Allocator("glibc-mmap1M", env={"MALLOC_MMAP_THRESHOLD_": str(GLIBC_MMAP_THRESHOLD)}))
@@ -394,6 +434,9 @@ def discover_allocators(forgealloc_lib, stats_file):
         allocators.append(Allocator("forgealloc", forgealloc_lib))
         stats_env = {"FORGEALLOC_STATS": "json", "FORGEALLOC_STATS_FILE": stats_file}
         allocators.append(Allocator("forgealloc+stats", forgealloc_lib, stats_env))
+        text_file = os.path.join(os.path.dirname(stats_file), "stats-%p.txt")
+        text_env = {"FORGEALLOC_STATS": "text", "FORGEALLOC_STATS_FILE": text_file}
+        allocators.append(Allocator("forgealloc+text", forgealloc_lib, text_env))
     else:
         notes.append(f"forgealloc: {forgealloc_lib} not found, skipped")
     return {a.name: a for a in allocators}, notes
@@ -515,13 +558,15 @@ def run_workload(workload, allocators, reps, argv, base_env, bin_dir, scratch):
         for allocator in (allocators[i] for i in round_order(len(allocators), rep)):
             env = dict(base_env, **workload.env, **allocator.env)
             sample = run_once(argv, env, allocator.preload, bin_dir, scratch, workload.cgroup_mib, workload.timeout_s)
-            # Record the size of the stats dump (0 = none written) and remove it.
+            # Record the size of the stats dumps (0 = none written; one per
+            # process where the path has %p) and remove them.
             stats_file = env.get("FORGEALLOC_STATS_FILE")
-            if stats_file and sample["ok"]:
-                written = os.path.exists(stats_file)
-                sample["metrics"]["stats_file_bytes"] = os.path.getsize(stats_file) if written else 0
-            if stats_file and os.path.exists(stats_file):
-                os.unlink(stats_file)
+            if stats_file:
+                written = glob.glob(stats_file.replace("%p", "*"))
+                if sample["ok"]:
+                    sample["metrics"]["stats_file_bytes"] = sum(os.path.getsize(f) for f in written)
+                for f in written:
+                    os.unlink(f)
             samples[allocator.name].append(sample)
             line.append(f"{allocator.name} {sample['wall_s']:.2f}s" if sample["ok"] else f"{allocator.name} FAILED")
         print(f"  {workload.name} rep {rep + 1}/{reps}: " + ", ".join(line), file=sys.stderr, flush=True)
@@ -661,7 +706,8 @@ def parse_args():
         action="append",
         default=[],
         metavar="NAME:VAR=VALUE[,VAR=VALUE]",
-        help="also run forgealloc with these settings as allocator NAME (e.g. forgealloc-hp1:FORGEALLOC_HUGEPAGES=1)",
+        help="also run forgealloc with these settings as allocator NAME (e.g. forgealloc-hp1:FORGEALLOC_HUGEPAGES=1; "
+        "FORGEALLOC_LIB=PATH preloads that build of the library instead, e.g. one of another commit)",
     )
     parser.add_argument("--build-dir", default=os.path.join(REPO_DIR, "build"), help="the CMake build directory")
     args = parser.parse_args()
@@ -699,8 +745,12 @@ def main():
         for spec in args.variant:
             name, _, settings = spec.partition(":")
             env = dict(kv.split("=", 1) for kv in settings.split(",") if "=" in kv)
+            lib = env.pop("FORGEALLOC_LIB", "")  # another build of the library (another commit)
+            if lib and not os.path.exists(lib):
+                print(f"error: variant {name}: {lib} not found", file=sys.stderr)
+                return 1
             if "forgealloc" in allocators and name:
-                allocators[name] = Allocator(name, allocators["forgealloc"].preload, env)
+                allocators[name] = Allocator(name, os.path.abspath(lib) if lib else allocators["forgealloc"].preload, env)
                 variants.append(name)
         for note in notes:
             print(f"note: {note}")
@@ -720,6 +770,9 @@ def main():
                 names += variants
             if workload.needs_module and not importlib.util.find_spec(workload.needs_module):
                 print(f"note: {workload.name}: Python module {workload.needs_module} missing, skipped")
+                continue
+            if workload.needs_program and not shutil.which(workload.needs_program):
+                print(f"note: {workload.name}: {workload.needs_program} not installed, skipped")
                 continue
             if not names:
                 print(f"note: {workload.name}: none of its allocators selected, skipped")

@@ -18,6 +18,10 @@
  *                         "child_file 0|1" (whether its stats file
  *                         DIR/PID.json exists by then); it ends with
  *                         exit(0)
+ *   p_fork nohandlers-small KIND S DIR  the same fork; the child makes 100
+ *                         small allocations (no large one), then sleeps S
+ *                         seconds without an allocator call: "child_file
+ *                         0|1" as above
  *   p_fork idle S DIR     fork(); the child makes no allocator call and
  *                         sleeps S seconds: "child_file 0|1" as above; it
  *                         ends with _exit(0) */
@@ -143,6 +147,22 @@ static int no_handlers(const char *kind, long settle_ms, const char *dir)
     return wait_for(pid);
 }
 
+static int no_handlers_small(const char *kind, long settle_ms, const char *dir)
+{
+    static void *volatile sink;
+    pid_t pid = fork_without_handlers(kind);
+    if (pid == 0) {
+        for (int i = 0; i < 100; i++) {
+            sink = malloc(64);
+            free(sink);
+        }
+        sleep_ms(settle_ms);
+        say("child_file %ld\n", own_file(dir), 0);
+        exit(0);
+    }
+    return wait_for(pid);
+}
+
 static int idle_child(long settle_ms, const char *dir)
 {
     pid_t pid = fork();
@@ -161,8 +181,10 @@ int main(int argc, char **argv)
         return vfork_exit((long)(atof(argv[2]) * 1000));
     if (strcmp(mode, "nohandlers") == 0 && argc == 5)
         return no_handlers(argv[2], (long)(atof(argv[3]) * 1000), argv[4]);
+    if (strcmp(mode, "nohandlers-small") == 0 && argc == 5)
+        return no_handlers_small(argv[2], (long)(atof(argv[3]) * 1000), argv[4]);
     if (strcmp(mode, "idle") == 0 && argc == 4)
         return idle_child((long)(atof(argv[2]) * 1000), argv[3]);
-    fprintf(stderr, "usage: p_fork vfork-exit S | nohandlers _Fork|rawfork|clone S DIR | idle S DIR\n");
+    fprintf(stderr, "usage: p_fork vfork-exit S | nohandlers[-small] _Fork|rawfork|clone S DIR | idle S DIR\n");
     return 2;
 }

@@ -203,7 +203,7 @@ static void test_shrink_in_place(void **state)
     (void)state;
     fa_release_set_waker(count_wake);
     wakes = 0;
-    void *p = fa_host_malloc(48 * MB, NULL);
+    void *p = fa_host_malloc_other(48 * MB, NULL);
     assert_ptr_equal(fa_host_realloc(p, 32 * MB, NULL), p);
     assert_int_equal(wakes, 0);
     assert_int_equal(table_take(p), 48 * MB);
@@ -214,7 +214,7 @@ static void test_shrink_in_place(void **state)
 static void test_grow_in_place(void **state)
 {
     (void)state;
-    void *p = fa_host_malloc(3 * MB - 4 * KB, NULL); /* 3 MiB of pages */
+    void *p = fa_host_malloc_other(3 * MB - 4 * KB, NULL); /* 3 MiB of pages */
     assert_ptr_equal(fa_host_realloc(p, 3 * MB, NULL), p);
     assert_int_equal(table_take(p), 3 * MB);
     assert_int_equal(table_take(p), 0);
@@ -223,7 +223,7 @@ static void test_grow_in_place(void **state)
 static void test_move(void **state)
 {
     (void)state;
-    void *p = fa_host_malloc(1 * MB, NULL);
+    void *p = fa_host_malloc_other(1 * MB, NULL);
     void *q = fa_host_realloc(p, 3 * MB, NULL);
     assert_ptr_not_equal(q, p);
     assert_int_equal(table_take(p), 0);
@@ -234,7 +234,7 @@ static void test_move(void **state)
 static void test_failure(void **state)
 {
     (void)state;
-    void *p = fa_host_malloc(2 * MB, NULL);
+    void *p = fa_host_malloc_other(2 * MB, NULL);
     fail_next = true;
     errno = 0;
     assert_null(fa_host_realloc(p, 8 * MB, NULL));
@@ -252,8 +252,8 @@ static void test_grown_paths(void **state)
     (void)state;
     grown_on = true;
     grown_frees = grown_reallocs = 0;
-    void *p = fa_host_malloc(2 * MB, NULL);
-    void *w = fa_host_malloc(6 * MB + 1, NULL); /* within its span: in place, tcmalloc's */
+    void *p = fa_host_malloc_other(2 * MB, NULL);
+    void *w = fa_host_malloc_other(6 * MB + 1, NULL); /* within its span: in place, tcmalloc's */
     assert_ptr_equal(fa_host_realloc(w, 6 * MB + PAGE, NULL), w);
     assert_int_equal(fa_release_lookup(w), 6 * MB + PAGE);
     void *t = fa_host_realloc(p, FA_GROWN_MIN - PAGE, NULL); /* below the size: tcmalloc moves it */
@@ -272,12 +272,12 @@ static void test_grown_paths(void **state)
     assert_int_equal(grown_frees, 1);
     assert_int_equal(fa_release_lookup(q), 0);
     /* delete of one (a mismatch programs make) and realloc(q, 0) too */
-    void *d = fa_host_malloc(300 * KB, NULL); /* takes the span w left, so the next blocks are new */
-    q = fa_host_realloc(fa_host_malloc(1 * MB, NULL), 5 * MB, NULL);
+    void *d = fa_host_malloc_other(300 * KB, NULL); /* takes the span w left, so the next blocks are new */
+    q = fa_host_realloc(fa_host_malloc_other(1 * MB, NULL), 5 * MB, NULL);
     assert_int_equal(fa_release_lookup(q), 5 * MB | FA_RELEASE_MAPPED);
     fa_host_delete(q, 0, 0);
     assert_int_equal(grown_frees, 2);
-    q = fa_host_realloc(fa_host_malloc(1 * MB, NULL), 5 * MB, NULL);
+    q = fa_host_realloc(fa_host_malloc_other(1 * MB, NULL), 5 * MB, NULL);
     assert_null(fa_host_realloc(q, 0, NULL));
     assert_int_equal(grown_frees, 3);
     assert_int_equal(fa_release_lookup(q), 0);
@@ -289,7 +289,7 @@ static void test_grown_paths(void **state)
 static void test_size_zero_frees(void **state)
 {
     (void)state;
-    void *p = fa_host_malloc(2 * MB, NULL);
+    void *p = fa_host_malloc_other(2 * MB, NULL);
     assert_null(fa_host_realloc(p, 0, NULL));
     assert_null(find((uintptr_t)p));
     assert_int_equal(table_take(p), 0);
@@ -301,14 +301,14 @@ static void test_size_zero_frees(void **state)
 static void test_shrink_below_large(void **state)
 {
     (void)state;
-    void *p = fa_host_malloc(400 * KB, NULL);
+    void *p = fa_host_malloc_other(400 * KB, NULL);
     assert_ptr_equal(fa_host_realloc(p, 220 * KB, NULL), p);
     assert_ptr_equal(fa_host_realloc(p, 240 * KB, NULL), p);
     fa_host_free(p, NULL);
     assert_null(find((uintptr_t)p));
     assert_int_equal(table_take(p), 0);
 
-    p = fa_host_malloc(400 * KB, NULL);
+    p = fa_host_malloc_other(400 * KB, NULL);
     assert_ptr_equal(fa_host_realloc(p, 220 * KB, NULL), p);
     assert_int_equal(table_take(p), 400 * KB);
     assert_int_equal(table_take(p), 0);
@@ -323,10 +323,10 @@ static void *other_thread(void *arg)
 {
     (void)arg;
     /* Given the freed span, it allocates there, frees, allocates again. */
-    void *x = fa_host_malloc(2 * MB, NULL);
+    void *x = fa_host_malloc_other(2 * MB, NULL);
     assert_int_equal((uintptr_t)x, reused);
     fa_host_free(x, NULL);
-    void *y = fa_host_malloc(1 * MB, NULL);
+    void *y = fa_host_malloc_other(1 * MB, NULL);
     assert_int_equal((uintptr_t)y, reused);
     return NULL;
 }
@@ -348,7 +348,7 @@ static void in_between(uintptr_t old)
 static void test_moved_address_reused_meanwhile(void **state)
 {
     (void)state;
-    void *p = fa_host_malloc(3 * MB, NULL);
+    void *p = fa_host_malloc_other(3 * MB, NULL);
     moved_freed = in_between;
     void *q = fa_host_realloc(p, 3 * MB + 512 * KB, NULL);
     moved_freed = NULL;
@@ -418,7 +418,7 @@ static void test_shrink_below_large_overflowed(void **state)
 {
     (void)state;
     size_t count = fill_to_one_untracked();
-    void *p = fa_host_malloc(400 * KB, NULL);
+    void *p = fa_host_malloc_other(400 * KB, NULL);
     assert_ptr_equal(fa_host_realloc(p, 220 * KB, NULL), p);
     fa_host_free(p, NULL);
     assert_int_equal(fa_release_untracked(), 1);

@@ -1,6 +1,8 @@
 /* test_stats.c - per-thread counters: exact sums with live and exited
  * threads, record reuse, and fork giving the child its own counts (also a
- * fork that runs no fork handlers). */
+ * fork that runs no fork handlers); the fast paths' forms of a count (the
+ * per-size counters of small blocks, the countdowns of frees and deletes)
+ * sum to the same numbers. */
 #define _GNU_SOURCE /* _Fork */
 #include <errno.h>
 #include <pthread.h>
@@ -19,7 +21,7 @@
 
 static uint64_t total(enum fa_call c)
 {
-    fa_tstats s;
+    fa_host_counts s;
     fa_stats_sum(&s);
     return s.calls[c];
 }
@@ -35,7 +37,7 @@ static void *make_250(void *arg)
 static void test_four_threads_exact(void **state)
 {
     (void)state;
-    fa_tstats before, after;
+    fa_host_counts before, after;
     fa_stats_sum(&before);
     pthread_t t[4];
     for (int i = 0; i < 4; i++)
@@ -137,7 +139,7 @@ static void test_fork_without_handlers_counts_its_own(void **state)
     pthread_join(t, NULL);
     pid_t pid = _Fork();
     if (pid == 0) {
-        fa_tstats s;
+        fa_host_counts s;
         fa_stats_sum(&s);
         uint64_t calls = 0;
         for (int c = 0; c < FA_CALL_COUNT; c++)
@@ -167,12 +169,7 @@ static void test_histogram_buckets(void **state)
     assert_int_equal(fa_hist_bucket(SIZE_MAX), FA_HIST_BUCKETS - 1);
     assert_int_equal(fa_hist_bucket((size_t)1 << 46), FA_HIST_BUCKETS - 1);
     assert_int_equal(fa_hist_bucket(((size_t)1 << 46) - 1), FA_HIST_BUCKETS - 2);
-    /* The hot paths' bucket agrees below 2^46: at every power of two, one
-     * below and one above it. */
-    for (unsigned b = 0; b < 46; b++)
-        for (size_t n = ((size_t)1 << b) - 1; n <= ((size_t)1 << b) + 1; n++)
-            assert_int_equal(fa_hist_bucket_uncapped(n), fa_hist_bucket(n));
-    fa_tstats before, after;
+    fa_host_counts before, after;
     fa_stats_sum(&before);
     fa_stats_large();
     fa_stats_sum(&after);
@@ -192,7 +189,7 @@ void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
     return __real_mmap(addr, len, prot, flags, fd, off);
 }
 
-enum { NO_SLAB_THREADS = 64 * 1024 / sizeof(fa_tstats) + 2 }; /* more than one slab holds */
+enum { NO_SLAB_THREADS = 130 }; /* more than a slab's 128 records */
 static pthread_barrier_t no_slab_barrier;
 
 static void *count_keeping_errno(void *arg)
@@ -228,6 +225,173 @@ static void test_no_slab(void **state)
     assert_int_equal(total(FA_CALL_malloc) - before, NO_SLAB_THREADS);
 }
 
+/* The countdown of frees and deletes reads as the exact count after every
+ * step, the moment between the wrap and the refill included, and runs out
+ * every FA_COUNTDOWN_PERIOD-th step, the first time at the PERIOD-th. */
+static void test_countdown_exact(void **state)
+{
+    (void)state;
+    fa_countdown c = {0};
+    assert_int_equal(fa_countdown_count(c.word), 0);
+    fa_countdown_start(&c);
+    assert_int_equal(fa_countdown_count(c.word), 0);
+    unsigned ran_out = 0;
+    for (uint64_t i = 1; i <= 5 * FA_COUNTDOWN_PERIOD + 3; i++) {
+        if (fa_countdown_tick(&c)) {
+            assert_int_equal(fa_countdown_count(c.word), i); /* wrapped, not refilled yet */
+            assert_int_equal(i % FA_COUNTDOWN_PERIOD, 0);
+            fa_countdown_refill(&c);
+            ran_out++;
+        }
+        assert_int_equal(fa_countdown_count(c.word), i);
+    }
+    assert_int_equal(ran_out, 5);
+    fa_countdown_start(&c); /* started once only */
+    uint64_t n = 5 * FA_COUNTDOWN_PERIOD + 3;
+    assert_int_equal(fa_countdown_count(c.word), n);
+    /* A signal handler on the owner thread that counts between a wrap and
+     * its refill: every count in between and after stays exact. */
+    while (!fa_countdown_tick(&c))
+        n++;
+    n++;
+    for (int extra = 0; extra < 200; extra++) {
+        assert_false(fa_countdown_tick(&c));
+        assert_int_equal(fa_countdown_count(c.word), ++n);
+    }
+    fa_countdown_refill(&c);
+    assert_int_equal(fa_countdown_count(c.word), n);
+    assert_false(fa_countdown_tick(&c));
+    assert_int_equal(fa_countdown_count(c.word), n + 1);
+}
+
+/* A zeroed record (new, or wiped in a forked child): its first look comes
+ * at its 256th free, as every later one, and each kind counts apart. */
+static void test_first_look_at_period(void **state)
+{
+    (void)state;
+    static fa_tstats r;
+    for (int i = 1; i < FA_COUNTDOWN_PERIOD; i++)
+        assert_false(fa_stats_free_into(&r, FA_CALL_free));
+    assert_true(fa_stats_free_into(&r, FA_CALL_free));
+    assert_false(fa_stats_free_into(&r, FA_CALL_delete));
+    assert_int_equal(fa_countdown_count(r.frees.word), FA_COUNTDOWN_PERIOD);
+    assert_int_equal(fa_countdown_count(r.deletes.word), 1);
+}
+
+static void *small_and_frees(void *arg)
+{
+    (void)arg;
+    fa_stats_alloc(FA_CALL_malloc, 24); /* takes the thread's record */
+    fa_tstats *t = fa_tls_stats;
+    for (size_t n = 0; n < FA_SMALL_MAX; n++) {
+        fa_stats_small_into(t, FA_SMALL_malloc, n);
+        fa_stats_small_into(t, FA_SMALL_new, n);
+        fa_stats_small_into(t, FA_SMALL_new, n);
+        fa_stats_small_into(t, FA_SMALL_calloc, n);
+    }
+    unsigned due = 0;
+    for (int i = 0; i < 1000; i++)
+        due += fa_stats_free(FA_CALL_free);
+    for (int i = 0; i < 300; i++)
+        due += fa_stats_free(FA_CALL_delete);
+    return (void *)(uintptr_t)due;
+}
+
+/* What the fast paths count (a counter per slot of sizes and a byte total,
+ * the countdowns) sums to calls, bytes and histogram as if each call had
+ * been counted whole: every size below 4 KiB, of malloc, calloc and new. */
+static void test_fast_forms_sum(void **state)
+{
+    (void)state;
+    fa_host_counts before, after;
+    fa_stats_sum(&before);
+    pthread_t t;
+    void *due;
+    pthread_create(&t, NULL, small_and_frees, NULL);
+    pthread_join(t, &due);
+    fa_stats_sum(&after);
+    uint64_t n = FA_SMALL_MAX, bytes = n * (n - 1) / 2;
+    assert_int_equal(after.calls[FA_CALL_malloc] - before.calls[FA_CALL_malloc], n + 1);
+    assert_int_equal(after.calls[FA_CALL_new] - before.calls[FA_CALL_new], 2 * n);
+    assert_int_equal(after.calls[FA_CALL_calloc] - before.calls[FA_CALL_calloc], n);
+    assert_int_equal(after.bytes_requested - before.bytes_requested, 4 * bytes + 24);
+    for (unsigned b = 0; b < FA_HIST_BUCKETS; b++) {
+        uint64_t want = 0;
+        for (size_t k = 0; k < FA_SMALL_MAX; k++)
+            want += fa_hist_bucket(k) == b ? 4 : 0;
+        want += fa_hist_bucket(24) == b;
+        assert_int_equal(after.hist[b] - before.hist[b], want);
+    }
+    assert_int_equal(after.calls[FA_CALL_free] - before.calls[FA_CALL_free], 1000);
+    assert_int_equal(after.calls[FA_CALL_delete] - before.calls[FA_CALL_delete], 300);
+    /* The thread's record may be an earlier thread's, its countdowns part
+     * way through: 1000 frees and 300 deletes run out 3-4 and 1-2 times. */
+    assert_in_range((uintptr_t)due, 4, 6);
+}
+
+/* A thread starts on the closed record, every gate shut (0), and a record
+ * it takes has its gates shut until the host core opens them. */
+static void *gates_of_new_thread(void *arg)
+{
+    (void)arg;
+    fa_tstats *t = fa_tls_stats;
+    if (t != &fa_stats_closed || t->malloc_limit || t->new_limit || t->free_mask || t->delete_mask)
+        return (void *)1;
+    fa_stats_alloc(FA_CALL_malloc, 8);
+    t = fa_tls_stats;
+    if (!fa_stats_mine(t))
+        return (void *)2;
+    t->free_mask = 4095; /* as the host core would; the next thread gets the record as it is */
+    return NULL;
+}
+
+static void count_record(fa_tstats *t, void *arg)
+{
+    (void)t;
+    ++*(unsigned *)arg;
+}
+
+static void test_closed_record_and_each(void **state)
+{
+    (void)state;
+    pthread_t t;
+    void *r;
+    pthread_create(&t, NULL, gates_of_new_thread, NULL);
+    pthread_join(t, &r);
+    assert_null(r);
+    assert_true(fa_stats_closed.malloc_limit == 0 && fa_stats_closed.free_mask == 0);
+    unsigned records = 0;
+    fa_stats_each(count_record, &records);
+    assert_int_equal(records, fa_stats_records()); /* every thread record, not the shared one */
+}
+
+/* A forked child's counts restart, the fast paths' forms too, and the
+ * forking thread's gates close with them. */
+static void test_fork_child_fast_forms(void **state)
+{
+    (void)state;
+    fa_stats_alloc(FA_CALL_malloc, 1);
+    fa_tstats *t = fa_tls_stats;
+    fa_stats_small_into(t, FA_SMALL_new, 100);
+    fa_stats_free(FA_CALL_delete);
+    t->malloc_limit = 1000;
+    fa_stats_fork_prepare();
+    pid_t pid = fork();
+    if (pid == 0) {
+        fa_stats_fork_child();
+        fa_host_counts s;
+        fa_stats_sum(&s);
+        _exit(s.calls[FA_CALL_new] || s.calls[FA_CALL_delete] || s.bytes_requested || t->malloc_limit ? 1 : 0);
+    }
+    fa_stats_fork_parent();
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(t->malloc_limit, 1000);
+    t->malloc_limit = 0;
+}
+
 int main(void)
 {
     fa_stats_init();
@@ -236,6 +400,9 @@ int main(void)
         cmocka_unit_test(test_records_reused),       cmocka_unit_test(test_fork_child_counts_its_own),
         cmocka_unit_test(test_fork_without_handlers_counts_its_own),
         cmocka_unit_test(test_histogram_buckets),    cmocka_unit_test(test_no_slab),
+        cmocka_unit_test(test_countdown_exact),      cmocka_unit_test(test_first_look_at_period),
+        cmocka_unit_test(test_fast_forms_sum),
+        cmocka_unit_test(test_closed_record_and_each), cmocka_unit_test(test_fork_child_fast_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
