@@ -382,7 +382,8 @@ static void reset_child(void)
 {
     pausing = 0;
     left_for_fork = 0;
-    no_start_before = mono_ms() + FORK_QUIET_MS;
+    /* With periodic dumps or polling the thread runs from the fork on. */
+    no_start_before = interval_ms || fa_release_polling() ? 0 : mono_ms() + FORK_QUIET_MS;
     thread_tid = 0;
     state = IDLE;
     word = 0;
