@@ -218,7 +218,8 @@ static int decay_lock, decay_ready;
  * the return coming back.
  *
  * While large allocations go on (busy), memory counts as unused only after
- * the busy factor (at least 4) times the delay: in a churning heap, free
+ * the busy factor (at least 4) times the delay, and the idle window too
+ * (whichever is longer): in a churning heap, free
  * spans that sat out one window are still picked again later (tcmalloc
  * takes the best fit among free and returned spans alike).  A busy release
  * is judged over one window; a regret doubles the factor.
@@ -544,7 +545,13 @@ static uint64_t tick(uint64_t now)
     /* Busy: two large allocations within the delay (one alone, such as the
      * call that runs this tick when there is no thread, is not a churn). */
     busy_heap = hot.prev_alloc_ms && now < hot.prev_alloc_ms + delay;
-    uint64_t idle = !delay ? held : busy_heap ? fa_decay_idle(&active) : fa_decay_idle(&decay);
+    /* Busy, memory is unused only where neither window saw it in use: the
+     * first allocations of a prompt after an idle spell make the heap busy,
+     * and the short window alone would give back the working set the idle
+     * window learnt to keep across the spell. */
+    uint64_t idle = !delay ? held : fa_decay_idle(&decay);
+    if (delay && busy_heap && fa_decay_idle(&active) < idle)
+        idle = fa_decay_idle(&active);
     uint64_t demand = fa_decay_demand(&active), idle_demand = fa_decay_demand(&decay);
     if (idle_demand > demand)
         demand = idle_demand;
