@@ -1362,31 +1362,38 @@ static cudaError_t do_event_record(cudaEvent_t h, cudaStream_t sh)
 
 /* Waiting for an event, and asking whether it happened, are potentially
  * unsafe calls during a capture (as on an H200, CUDA 13.0). */
-static cudaError_t do_event_synchronize(cudaEvent_t h)
+static cudaError_t event_checked(cudaEvent_t h, struct CUevent_st **e, struct CUstream_st **s)
 {
-    struct CUevent_st *e = find_event(h);
-    if (!e)
+    *e = find_event(h);
+    if (!*e)
         return cudaErrorInvalidResourceHandle;
     cudaError_t rc = check_unsafe_allowed();
     if (rc)
         return rc;
-    struct CUstream_st *s = e->stream_id ? stream_by_id(e->stream_id) : NULL;
-    if (s) /* a destroyed stream's work has landed already */
-        land_stream(s, e->seq);
+    /* NULL: a destroyed stream's work has landed already */
+    *s = (*e)->stream_id ? stream_by_id((*e)->stream_id) : NULL;
     return cudaSuccess;
+}
+
+static cudaError_t do_event_synchronize(cudaEvent_t h)
+{
+    struct CUevent_st *e;
+    struct CUstream_st *s;
+    cudaError_t rc = event_checked(h, &e, &s);
+    if (rc == cudaSuccess && s)
+        land_stream(s, e->seq);
+    return rc;
 }
 
 /* Work lands only when someone synchronises: the event happened once its
  * record has landed. */
 static cudaError_t do_event_query(cudaEvent_t h)
 {
-    struct CUevent_st *e = find_event(h);
-    if (!e)
-        return cudaErrorInvalidResourceHandle;
-    cudaError_t rc = check_unsafe_allowed();
+    struct CUevent_st *e;
+    struct CUstream_st *s;
+    cudaError_t rc = event_checked(h, &e, &s);
     if (rc)
         return rc;
-    struct CUstream_st *s = e->stream_id ? stream_by_id(e->stream_id) : NULL;
     return s && s->head && s->head->seq <= e->seq ? cudaErrorNotReady : cudaSuccess;
 }
 

@@ -309,6 +309,19 @@ static int helper_threads(void)
     return n;
 }
 
+/* Milliseconds until RSS is within 64 MB of `start`, looked at every 50 ms
+ * with no allocator call (-1: not within 20 s). */
+static long ms_until_settled(long start)
+{
+    for (long ms = 0; ms <= 20000; ms += 50) {
+        if (rss_mb() <= start + 64)
+            return ms;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
 /* 200 x 4 MB allocated, touched, freed; then `settle` seconds without an
  * allocator call (stdio buffers were allocated before the burst). */
 /* Right after the frees: "rss_after_free_mb", then `settle` seconds of
@@ -562,16 +575,7 @@ int main(int argc, char **argv)
             printf(" %llu", (unsigned long long)((stat_of("host.released_bytes") - before) / MB));
         }
         printf("\nhold_ms %llu\n", (unsigned long long)stat_of("host.release.hold_ms"));
-        long after = -1;
-        for (long ms = 0; ms <= 20000; ms += 50) {
-            if (rss_mb() <= start + 64) {
-                after = ms;
-                break;
-            }
-            struct timespec ts = {0, 50 * 1000000L};
-            nanosleep(&ts, NULL);
-        }
-        printf("settled_after_ms %ld\n", after);
+        printf("settled_after_ms %ld\n", ms_until_settled(start));
         return 0;
     }
     if (strcmp(mode, "churn") == 0) {
@@ -676,15 +680,7 @@ int main(int argc, char **argv)
         nanosleep(&ts, NULL);
         for (int i = 0; i < 1000; i++)
             free(malloc(64));
-        long after = -1;
-        for (long ms = 0; ms <= 20000; ms += 50) {
-            if (rss_mb() <= start + 64) {
-                after = ms;
-                break;
-            }
-            struct timespec tick = {0, 50 * 1000000L};
-            nanosleep(&tick, NULL);
-        }
+        long after = ms_until_settled(start);
         printf("threads_after_fork %d rss_start_mb %ld rss_after_fork_mb %ld settled_after_ms %ld\n", threads, start,
                after_fork, after);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
