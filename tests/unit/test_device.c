@@ -125,7 +125,7 @@ static uint64_t monotonic_ms(void)
 }
 
 /* 48 pairs of 20 MiB, each freed with work still queued on it, through a
- * 256 MiB pool on a 2 GiB device whose syncs wait 20 ms while work is
+ * 256 MiB pool on a 2 GiB device whose syncs wait 100 ms while work is
  * queued: the pool grows instead of waiting (at most one device sync, the
  * one that shows syncs wait now: the earlier test's were instant), and the
  * background gives the growth back after an idle spell - not before -
@@ -139,7 +139,7 @@ static void test_grow_then_give_back(void **state)
     if (!snap.dev[0].vmm)
         skip(); /* the chunk pool waits instead: its own tests cover it */
     fa_device_synchronize();
-    fakecuda_set_busy_sync_ms(20);
+    fakecuda_set_busy_sync_ms(100);
     uint64_t syncs = fakecuda_calls("cudaDeviceSynchronize");
     for (int i = 0; i < 48; i++) {
         void *p = NULL;
