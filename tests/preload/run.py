@@ -546,20 +546,30 @@ def case_release_churn():
     check(releases > 0, "control: the immediate rule made no return either; the churn does not exercise the policy")
 
 
+def check_prompt_cycles(cycles, gap_ms, delay, kept_from, timeout=300):
+    """p_release prompt: `cycles` working sets freed before spells of
+    `gap_ms`: the first spell returns it, the cycles from `kept_from` on
+    keep it, the hold grows past the spell, and RSS settles after the
+    cycles within twice the hold."""
+    r = run([prog("p_release"), "prompt", str(cycles), str(gap_ms)], env=base_env(FORGEALLOC_RELEASE_DELAY=delay),
+            timeout=timeout)
+    check(r.returncode == 0, r.stderr)
+    returned = [int(x) for x in re.search(r"returned_mb((?: \d+)+)", r.stdout).group(1).split()]
+    hold = int(re.search(r"hold_ms (\d+)", r.stdout).group(1))
+    settled = int(re.search(r"settled_after_ms (-?\d+)", r.stdout).group(1))
+    spell = f"{gap_ms / 1000:g} s"
+    check(returned[0] >= 100, f"the first {spell} spell returned only {returned[0]} MB; the cycle does not look idle")
+    check(all(mb == 0 for mb in returned[kept_from:]), f"returns per cycle {returned}: later cycles should keep it")
+    check(hold > gap_ms, f"host.release.hold_ms {hold}: should have grown past the {spell} spell")
+    check(0 <= settled <= 2 * hold + 3000, f"after the cycles RSS settled after {settled} ms (hold {hold} ms)")
+
+
 def case_release_prompt():
     """Memory freed before an idle spell and needed again after it (a text
     encoder moved to the host for each prompt) is returned once, then kept:
     the idle window stretches past the spell.  When the cycles stop it still
     goes back, after the learnt hold."""
-    r = run([prog("p_release"), "prompt", "7", "1000"], env=base_env(FORGEALLOC_RELEASE_DELAY="300ms"))
-    check(r.returncode == 0, r.stderr)
-    returned = [int(x) for x in re.search(r"returned_mb((?: \d+)+)", r.stdout).group(1).split()]
-    hold = int(re.search(r"hold_ms (\d+)", r.stdout).group(1))
-    settled = int(re.search(r"settled_after_ms (-?\d+)", r.stdout).group(1))
-    check(returned[0] >= 100, f"the first 1 s spell returned only {returned[0]} MB; the cycle does not look idle")
-    check(all(mb == 0 for mb in returned[3:]), f"returns per cycle {returned}: later cycles should keep it")
-    check(hold > 1000, f"host.release.hold_ms {hold}: should have grown past the 1 s spell")
-    check(0 <= settled <= 2 * hold + 3000, f"after the cycles RSS settled after {settled} ms (hold {hold} ms)")
+    check_prompt_cycles(7, 1000, "300ms", 3)
 
 
 def case_release_realloc():
@@ -844,15 +854,7 @@ def case_release_prompt_slow():
     delays a return was once judged over.  It goes back once, the next
     cycle's return is judged a regret when it comes back, and the later
     cycles keep it; when the cycles stop it still goes back."""
-    r = run([prog("p_release"), "prompt", "5", "4000"], env=base_env(FORGEALLOC_RELEASE_DELAY="100ms"), timeout=120)
-    check(r.returncode == 0, r.stderr)
-    returned = [int(x) for x in re.search(r"returned_mb((?: \d+)+)", r.stdout).group(1).split()]
-    hold = int(re.search(r"hold_ms (\d+)", r.stdout).group(1))
-    settled = int(re.search(r"settled_after_ms (-?\d+)", r.stdout).group(1))
-    check(returned[0] >= 100, f"the first 4 s spell returned only {returned[0]} MB; the cycle does not look idle")
-    check(all(mb == 0 for mb in returned[2:]), f"returns per cycle {returned}: later cycles should keep it")
-    check(hold > 4000, f"host.release.hold_ms {hold}: should have grown past the 4 s spell")
-    check(0 <= settled <= 2 * hold + 3000, f"after the cycles RSS settled after {settled} ms (hold {hold} ms)")
+    check_prompt_cycles(5, 4000, "100ms", 2, timeout=120)
 
 
 def case_introspection():
