@@ -9,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# A test without a time limit of its own (the unit tests) fails after this
+# many seconds instead of holding the run.
+timeout=300
 step() { printf '\n== %s\n' "$*"; }
 
 step "setup"
@@ -16,7 +19,7 @@ scripts/setup.sh --test --bench --docker
 step "build"
 scripts/build.sh -DFA_TESTS=ON
 step "tests"
-ctest --test-dir "${BUILD:-build}" --output-on-failure -j"$jobs" "$@"
+ctest --test-dir "${BUILD:-build}" --output-on-failure --timeout "$timeout" -j"$jobs" "$@"
 [[ $# -eq 0 ]] || exit 0
 
 # The core object library and its unit tests under the sanitizers, each in
@@ -24,7 +27,7 @@ ctest --test-dir "${BUILD:-build}" --output-on-failure -j"$jobs" "$@"
 for san in address thread; do
     step "core and unit tests under -fsanitize=$san"
     BUILD=build-$san scripts/build.sh -DFA_SANITIZE=$san -DCMAKE_BUILD_TYPE=Debug
-    ctest --test-dir "build-$san" --output-on-failure -j"$jobs" -L 'unit|fuzz'
+    ctest --test-dir "build-$san" --output-on-failure --timeout "$timeout" -j"$jobs" -L 'unit|fuzz'
 done
 
 # A user's machine has no CUDA toolkit: the library must build without it.

@@ -658,7 +658,7 @@ static void cg_make(uint64_t limit)
     snprintf(line, sizeof line, "30 1 0:26 / %s rw - cgroup2 cgroup2 rw\n", cg_top);
     fputs(line, f);
     fclose(f);
-    char cg[96], mi[96];
+    static char cg[96], mi[96]; /* read at the policy's looks, long after this returns */
     snprintf(cg, sizeof cg, "%s/cgroup", cg_top);
     snprintf(mi, sizeof mi, "%s/mountinfo", cg_top);
     fa_pressure_use_sources(cg, mi);
@@ -667,7 +667,10 @@ static void cg_make(uint64_t limit)
 /* What the cgroup is charged: the live bytes plus what the heap holds
  * committed (free bytes included: they are resident). */
 static uint64_t cg_live;
-static void cg_charge(uint64_t in_use) { cg_write("memory.current", cg_live + in_use + heap_free); }
+static void cg_charge(uint64_t in_use)
+{
+    cg_write("memory.current", cg_live + in_use + __atomic_load_n(&heap_free, __ATOMIC_RELAXED));
+}
 
 static void load_pressure(const char *delay)
 {
@@ -718,7 +721,7 @@ static void test_pressure_keeps_demand(void **state)
     assert_true(__atomic_load_n(&heap_free, __ATOMIC_RELAXED) >= 590 * MB); /* the steps' share stays */
     /* Another process takes the room down to less than a quarter of what
      * is held: everything goes. */
-    cg_live = ((uint64_t)8 << 30) - heap_free - 100 * MB;
+    cg_live = ((uint64_t)8 << 30) - __atomic_load_n(&heap_free, __ATOMIC_RELAXED) - 100 * MB;
     cg_charge(0);
     for (int ms = 0; ms < 1000 && __atomic_load_n(&heap_free, __ATOMIC_RELAXED) > 2 * MB; ms += 10)
         sleep_ms(10);
