@@ -635,11 +635,23 @@ static void cg_write(const char *name, uint64_t v)
     fclose(f);
 }
 
+/* The stand-in cgroup's files go when the process ends, the test failed or not. */
+static void cg_remove(void)
+{
+    static const char *const files[] = {"fa/memory.max", "fa/memory.current", "fa/memory.stat", "fa", "cgroup", "mountinfo", ""};
+    char path[128];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", cg_top, files[i]);
+        remove(path);
+    }
+}
+
 /* A v2 cgroup with memory.max `limit` whose usage the test sets. */
 static void cg_make(uint64_t limit)
 {
     strcpy(cg_top, "/tmp/fa-cg-XXXXXX");
     assert_non_null(mkdtemp(cg_top));
+    atexit(cg_remove);
     char path[128], line[256];
     snprintf(path, sizeof path, "%s/fa", cg_top);
     assert_int_equal(mkdir(path, 0700), 0);
