@@ -34,6 +34,7 @@ done
 step "library without the CUDA toolkit's headers"
 BUILD=build-nocuda scripts/build.sh -DFA_CUDA_INCLUDE=FA_CUDA_INCLUDE-NOTFOUND -DFA_TESTS=OFF
 
-# Benchmarks are not tests: this only proves the suite runs.
+# Benchmarks are not tests: this only proves the suite runs (every
+# workload, under plain tcmalloc and forgealloc).
 step "benchmark smoke run (numbers not judged)"
-scripts/bench.sh --quick --reps 1 --json "${BUILD:-build}/bench-smoke.json"
+scripts/bench.sh --quick --reps 1 --allocators tcmalloc forgealloc --json "${BUILD:-build}/bench-smoke.json"

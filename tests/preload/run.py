@@ -1691,10 +1691,14 @@ def case_large_small_stack():
                            capture_output=True, text=True, timeout=60)
         return r.returncode == 0 and r.stdout == "ok\n"
 
-    used = 4096
+    used, too_much = 4096, stack  # the most stack a program may use under plain tcmalloc, in 256-byte steps
     check(fits(tc, used), "plain tcmalloc cannot serve a thread with 28 KiB of stack left")
-    while used + 256 < stack and fits(tc, used + 256):
-        used += 256
+    while too_much - used > 256:
+        mid = (used + too_much) // 2 // 256 * 256
+        if fits(tc, mid):
+            used = mid
+        else:
+            too_much = mid
     check(fits(ARGS.lib, used - 512),
           f"plain tcmalloc works with {stack - used} bytes of stack left; forgealloc not with {stack - used + 512}")
 
