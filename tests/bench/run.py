@@ -44,7 +44,7 @@ REPO_DIR = os.path.dirname(os.path.dirname(BENCH_DIR))
 CC = os.environ.get("CC", "gcc")
 CFLAGS = ("-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-pthread")
 C_PROGRAMS = ("measure", "churn", "prodcons", "large_repeat", "large_churn", "release_burst", "proc_start", "fork_loop",
-              "steps")
+              "steps", "fault_cost")  # fault_cost: a probe of the kernel's fault costs, run by hand
 C_HEADERS = ("bench.h",)
 # Built against the stand-in CUDA runtime of tests/device, when the CMake
 # build has it (BUILD/tests/device/libcudart.so.13).
