@@ -69,15 +69,15 @@ void tc_delete_sized(void *p, size_t size) __attribute__((nothrow));
     } while (0)
 #endif
 
-/* The gate: n - 16 < limit, 16 B up to 4 KiB; the same difference gives
- * the size's slot (fa_small_slot). */
+/* The gate: n - 16 < limit, 16 B up to 4 KiB; the size's power of two
+ * gives its slot (fa_small_slot). */
 FA_FAST void *fa_fast_malloc(size_t n)
 {
     fa_tstats *t = fa_tls_stats;
     size_t k = n - FA_FAST_MIN;
     if (FA_UNLIKELY(k >= t->malloc_limit))
         return fa_host_malloc_other(n, FA_SLOW_CALLER);
-    FA_RELAXED_ADD(t->small[FA_SMALL_malloc][FA_SMALL_MIN + (k >> FA_SMALL_SHIFT)], 1);
+    FA_RELAXED_ADD(t->small[FA_SMALL_malloc][FA_SMALL_POW + fa_small_log2(n)], 1);
     FA_RELAXED_ADD(t->small_bytes, n);
     return tc_malloc(n);
 }
@@ -92,7 +92,7 @@ FA_FAST void *fa_fast_calloc(size_t n, size_t size)
     size_t k = total - FA_FAST_MIN;
     if (FA_UNLIKELY(k >= t->malloc_limit))
         return fa_host_calloc(n, size, FA_SLOW_CALLER);
-    FA_RELAXED_ADD(t->small[FA_SMALL_calloc][FA_SMALL_MIN + (k >> FA_SMALL_SHIFT)], 1);
+    FA_RELAXED_ADD(t->small[FA_SMALL_calloc][FA_SMALL_POW + fa_small_log2(total)], 1);
     FA_RELAXED_ADD(t->small_bytes, total);
     return tc_calloc(n, size);
 }
@@ -125,7 +125,7 @@ FA_FAST void *fa_fast_new(std::size_t n, fa_cxx_parent parent)
     std::size_t k = n - FA_FAST_MIN;
     if (FA_UNLIKELY(k >= t->new_limit))
         return fa_cxx_new_other(n, parent, FA_SLOW_CALLER);
-    FA_RELAXED_ADD(t->small[FA_SMALL_new][FA_SMALL_MIN + (k >> FA_SMALL_SHIFT)], 1);
+    FA_RELAXED_ADD(t->small[FA_SMALL_new][FA_SMALL_POW + fa_small_log2(n)], 1);
     FA_RELAXED_ADD(t->small_bytes, n);
     return tc_new(n);
 }

@@ -55,28 +55,37 @@ typedef struct fa_host_counts {
 
 /* malloc, calloc and operator new of up to FA_SMALL_MAX-1 bytes count one
  * counter per slot of sizes, and their size in one byte total: a slot per
- * size below FA_SMALL_MIN, then one per 16 bytes.  A snapshot makes their
- * calls (the sum of the slots) and their histogram exactly from the table
- * (each power of two from 16 up starts a slot, so a slot's sizes share one
- * bucket).  2.1 KiB per kind. */
+ * size below FA_SMALL_MIN, then one per power of two, the histogram's own
+ * buckets.  A snapshot makes their calls (the sum of the slots) and their
+ * histogram exactly from the table; a kind's slots take three cache lines. */
 #define FA_SMALL_MIN 16
 #define FA_SMALL_MAX 4096
-#define FA_SMALL_SHIFT 4
-#define FA_SMALL_SLOTS (FA_SMALL_MIN + ((FA_SMALL_MAX - FA_SMALL_MIN) >> FA_SMALL_SHIFT))
+#define FA_SMALL_POW (FA_SMALL_MIN - 4) /* the slot of sizes 2^b to 2^(b+1)-1 (b >= 4) is FA_SMALL_POW + b */
+#define FA_SMALL_SLOTS (FA_SMALL_POW + 12)
 enum fa_small_kind { FA_SMALL_malloc, FA_SMALL_calloc, FA_SMALL_new, FA_SMALL_KINDS };
 static const enum fa_call fa_small_call[FA_SMALL_KINDS] = {FA_CALL_malloc, FA_CALL_calloc, FA_CALL_new};
 #ifndef __cplusplus
-_Static_assert(FA_SMALL_MIN == 1 << FA_SMALL_SHIFT, "a slot's sizes share one histogram bucket");
+_Static_assert(FA_SMALL_MIN == 1 << 4 && FA_SMALL_MAX == 1 << 12, "sizes 2^4 to 2^12-1 take the slots by power");
 #endif
 
-/* The slot of a size n < FA_SMALL_MAX, and the smallest size of slot i. */
-static inline size_t fa_small_slot(size_t n)
+/* The exponent of the power of two at or below n > 0: one `bsr`, whose
+ * 64-bit result lets the compiler fold a slot's offset into the add. */
+static inline size_t fa_small_log2(size_t n)
 {
-    return n < FA_SMALL_MIN ? n : FA_SMALL_MIN + ((n - FA_SMALL_MIN) >> FA_SMALL_SHIFT);
+#if defined(__x86_64__)
+    size_t b;
+    __asm__("bsr %1, %0" : "=r"(b) : "rm"(n) : "cc");
+    return b;
+#else
+    return (size_t)(63u ^ (unsigned)__builtin_clzll((unsigned long long)n));
+#endif
 }
+
+/* The slot of a size n < FA_SMALL_MAX, and the smallest size of slot i. */
+static inline size_t fa_small_slot(size_t n) { return n < FA_SMALL_MIN ? n : FA_SMALL_POW + fa_small_log2(n); }
 static inline size_t fa_small_slot_size(size_t i)
 {
-    return i < FA_SMALL_MIN ? i : FA_SMALL_MIN + ((i - FA_SMALL_MIN) << FA_SMALL_SHIFT);
+    return i < FA_SMALL_MIN ? i : (size_t)1 << (i - FA_SMALL_POW);
 }
 
 /* A count that is also a countdown: frees and deletes of a thread, with a
