@@ -1,5 +1,6 @@
 /* bench.h - helpers shared by the benchmark workloads: a deterministic PRNG,
- * a monotonic clock, the resident set size, and an optimisation barrier.
+ * a monotonic clock, the resident set size, an optimisation barrier, and a
+ * child forked and waited for.
  *
  * Each workload prints one JSON object on its last stdout line; the runner
  * (run.py) measures wall time, CPU time and peak RSS from outside. */
@@ -9,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +61,19 @@ static inline long long bench_rss_bytes(void)
 static inline void bench_escape(void *p)
 {
     __asm__ volatile("" : : "r"(p) : "memory");
+}
+
+/* Fork a child that exits at once, and wait for it; abort on any failure. */
+static inline void bench_fork_wait(void)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0)
+        _exit(0);
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        abort();
 }
 
 /* Parse a positive count from argv, or exit with a usage message. */

@@ -11,8 +11,6 @@
  *
  * usage: fault_cost MIB ROUNDS */
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench.h"
 
@@ -23,18 +21,6 @@ static void write_pages(char *p, size_t n, int v)
     for (size_t off = 0; off < n; off += PAGE)
         p[off] = (char)v;
     bench_escape(p);
-}
-
-static void fork_and_wait(void)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
-    if (pid == 0)
-        _exit(0);
-    int status;
-    if (waitpid(pid, &status, 0) != pid)
-        abort();
 }
 
 int main(int argc, char **argv)
@@ -49,7 +35,7 @@ int main(int argc, char **argv)
     double pages = (double)(n / PAGE);
     for (long r = 0; r < rounds; r++) {
         double t0 = bench_now();
-        fork_and_wait();
+        bench_fork_wait();
         double t1 = bench_now();
         write_pages(p, n, 2);
         double t2 = bench_now();

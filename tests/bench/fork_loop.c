@@ -1,12 +1,11 @@
 /* fork_loop.c - a program that forks per task: each iteration builds a
  * working set of 4 MiB blocks (a batch, a request's buffers), touches every
  * page, frees it, then forks a worker that exits at once and waits for it.
- * An allocator that gives free memory back at every fork faults the
- * working set in again on the next iteration.
+ * Every page written on the next iteration faults: write-protected by the
+ * fork where the allocator kept its free memory, a fresh zero page where it
+ * gave it back before the fork (fault_cost.c times both kinds).
  *
  * usage: fork_loop ITERATIONS MIB */
-#include <sys/wait.h>
-
 #include "bench.h"
 
 #define BLOCK (4u << 20)
@@ -32,14 +31,7 @@ int main(int argc, char **argv)
         }
         for (size_t k = 0; k < blocks; k++)
             free(b[k]);
-        pid_t pid = fork();
-        if (pid < 0)
-            abort();
-        if (pid == 0)
-            _exit(0);
-        int status;
-        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-            abort();
+        bench_fork_wait();
     }
     double secs = bench_now() - t0;
     printf("{\"ops\": %ld, \"ms_per_iter\": %.4f, \"rss_after_unload\": %lld}\n", iterations,
