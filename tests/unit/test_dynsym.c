@@ -69,20 +69,18 @@ static void test_glibc_dlsym(void **state)
     assert_non_null(found);
     /* Asked of libc's own handle: a sanitizer's runtime defines both names
      * ahead of libc, so the global scope finds its functions instead. */
-    void *h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    assert_non_null(h);
-    void *want = dlsym(h, "dlsym");
+    void *libc_h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    assert_non_null(libc_h);
+    void *want = dlsym(libc_h, "dlsym");
     if (!want) { /* glibc before 2.34: dlsym lives in libdl */
-        dlclose(h);
-        h = dlopen("libdl.so.2", RTLD_LAZY | RTLD_NOLOAD);
-        assert_non_null(h);
-        want = dlsym(h, "dlsym");
+        void *dl_h = dlopen("libdl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+        assert_non_null(dl_h);
+        want = dlsym(dl_h, "dlsym");
+        dlclose(dl_h);
     }
     assert_ptr_equal(found, want);
-    dlclose(h);
-    h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    assert_ptr_equal(fa_dynsym_lookup(&libc, "malloc"), dlsym(h, "malloc"));
-    dlclose(h);
+    assert_ptr_equal(fa_dynsym_lookup(&libc, "malloc"), dlsym(libc_h, "malloc"));
+    dlclose(libc_h);
     assert_false(fa_dynsym_object("libfa-no-such-library.so.9", &dl));
     assert_false(fa_dynsym_object("c.so.6", &dl)); /* the whole file name, not its end */
 }
