@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
 #include "../../src/stats/file.h"
 
 static char dir[64];
@@ -34,9 +35,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd);
+    return fa_remove_tree(dir);
 }
 
 static int entries(void)

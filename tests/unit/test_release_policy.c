@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
 #include "../../src/host/decay.h"
 #include "../../src/host/pressure.h"
 
@@ -275,9 +276,7 @@ static void test_cgroup_leaf_without_limit(void **state)
     assert_true(limited);
 
     fa_pressure_use_sources("/proc/self/cgroup", "/proc/self/mountinfo");
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(fa_remove_tree(top), 0);
 }
 
 int main(void)

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
 #include "../../src/core/options.h"
 #include "../../src/host/pressure.h"
 #include "../../src/host/release.h"
@@ -636,15 +637,7 @@ static void cg_write(const char *name, uint64_t v)
 }
 
 /* The stand-in cgroup's files go when the process ends, the test failed or not. */
-static void cg_remove(void)
-{
-    static const char *const files[] = {"fa/memory.max", "fa/memory.current", "fa/memory.stat", "fa", "cgroup", "mountinfo", ""};
-    char path[128];
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(path, sizeof path, "%s/%s", cg_top, files[i]);
-        remove(path);
-    }
-}
+static void cg_remove(void) { fa_remove_tree(cg_top); }
 
 /* A v2 cgroup with memory.max `limit` whose usage the test sets. */
 static void cg_make(uint64_t limit)

@@ -17,5 +17,7 @@ bool fa_python_check(const char *code, const char *text);
 unsigned char *fa_map_pages(size_t n);
 /* Whether the page that holds p is resident (mincore); aborts on error. */
 bool fa_page_resident(const void *p);
+/* Remove a test's temporary directory and all it holds; 0 on success. */
+int fa_remove_tree(const char *dir);
 
 #endif
