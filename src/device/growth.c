@@ -95,7 +95,27 @@ static bool sync_pays(const devstate *d, size_t n)
     return d->grow_ns + pieces * d->piece_ns >= (d->sync_ns ? d->sync_ns : SYNC_GUESS_NS);
 }
 
-/* Ready memory, else (when a sync is the cheaper way: sync_pays) the
+/* Pre: d->lock held, no capture under way.  Whether growing by n would
+ * leave the driver less room than the quarantine holds.  A capture forbids
+ * the sync that frees the quarantine: what it can have then is the idle
+ * pieces and the driver's room.  However dear syncs are (a long kernel
+ * queued), the pool syncs before its quarantine outgrows that room, so a
+ * capture begun at any moment finds at least as much memory as the
+ * quarantine keeps from it, and other processes on the device are left
+ * room.  False when the driver cannot say. */
+static bool quarantine_crowds(const fa_cudart *rt, const devstate *d, size_t n)
+{
+    if (d->vm.quarantined < n || !rt->cudaMemGetInfo)
+        return false;
+    size_t f = 0, t = 0;
+    fa_cuda_error before = fa_err_peek(rt);
+    bool known = rt->cudaMemGetInfo(&f, &t) == 0;
+    fa_err_absorb(rt, before);
+    return known && (uint64_t)f + d->vm.idle < d->vm.quarantined + n;
+}
+
+/* Ready memory, else (when a sync is the cheaper way: sync_pays, or the
+ * quarantine would outgrow the driver's room: quarantine_crowds) the
  * quarantined blocks after a synchronisation, else idle pieces moved and
  * new ones created, else every idle piece released and created again (the
  * driver ran short), else the same after a synchronisation.
@@ -121,7 +141,7 @@ bool fa_grow_vm_alloc(const fa_cudart *rt, devstate *d, int dev, size_t n, void 
             return false;
         }
         fa_vm_result r = vm_try(d, dev, n, false, false, out); /* ready memory: no driver call */
-        bool wait = r == FA_VM_NO_MEMORY && syncs && !waited && sync_pays(d, n);
+        bool wait = r == FA_VM_NO_MEMORY && syncs && !waited && (sync_pays(d, n) || quarantine_crowds(rt, d, n));
         bool hopeless = false;
         if (r == FA_VM_NO_MEMORY && !wait) {
             r = vm_try(d, dev, n, true, syncs, out);

@@ -2066,6 +2066,59 @@ static int capture_race(int n)
     return failures;
 }
 
+/* ---- dear syncs, then a capture: the quarantine leaves the driver room ---------------------------- */
+
+/* Syncs that take 50 ms make growing the cheaper way for a long while:
+ * 20 MiB blocks freed between syncs would have the pool map the whole
+ * device.  A capture begins after a sync, with all of it ready, but the
+ * blocks its relaxed-mode calls free wait in quarantine until it ends: a
+ * capture that frees and allocates more than the pool holds is served by
+ * the driver, which then has nothing left.  The pool syncs before its
+ * quarantine outgrows the driver's room.  Run with a 1 GiB device, a
+ * 64 MiB pool, pieces as costly as on an H100 and syncs of 50 ms. */
+static int capture_crowd(void)
+{
+    size_t f = 0, t = 0, least = SIZE_MAX;
+    uint64_t most = 0;
+    for (int i = 0; i < 120; i++) {
+        void *p = dmalloc(20 * MiB);
+        CHECK(cudaFree(p) == cudaSuccess);
+        CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess); /* counts the quarantine as free: the driver's own below */
+        uint64_t q = stat_of("device.0.quarantine_bytes"), pool = stat_of("device.0.pool_bytes");
+        size_t driver = t - (size_t)pool;
+        least = driver < least ? driver : least;
+        most = q > most ? q : most;
+    }
+    printf("syncs %llu most_quarantined %llu least_driver_room %zu pool_bytes %llu\n",
+           (unsigned long long)stat_of("device.0.device_syncs"), (unsigned long long)most, least,
+           (unsigned long long)stat_of("device.0.pool_bytes"));
+    CHECK(stat_of("device.0.device_syncs") >= 1);
+    CHECK(least + 20 * MiB >= most); /* never more quarantined than the driver had left, give or take a block */
+
+    /* A capture whose thread, in relaxed mode, makes 2 GiB of 20 MiB pairs. */
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1 /* non-blocking */) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    int mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    int served = 0;
+    for (int i = 0; i < 100; i++) {
+        void *p = NULL;
+        if (cudaMalloc(&p, 20 * MiB) != cudaSuccess)
+            break;
+        CHECK(cudaFree(p) == cudaSuccess);
+        served++;
+    }
+    cudaError_t last = cudaGetLastError();
+    printf("pairs_in_capture %d\n", served);
+    CHECK(served == 100 && last == cudaSuccess);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    return failures;
+}
+
 /* ---- out of address space ----------------------------------------------------------------------------- */
 
 /* A block the pool's address space cannot place is not one the driver
@@ -2213,6 +2266,8 @@ int main(int argc, char **argv)
         return capture_calls() ? 1 : 0;
     if (strcmp(mode, "capture_free") == 0)
         return capture_free() ? 1 : 0;
+    if (strcmp(mode, "capture_crowd") == 0)
+        return capture_crowd() ? 1 : 0;
     if (strcmp(mode, "capture_race") == 0)
         return capture_race(argc > 2 ? atoi(argv[2]) : 1000) ? 1 : 0;
     if (strcmp(mode, "free_async_refused") == 0)
@@ -2246,7 +2301,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kind") == 0)
         return kind(argc > 2 ? atoi(argv[2]) : 1) ? 1 : 0;
     fprintf(stderr, "usage: d_pool churn [THREADS [OPS]]|hazard|qcap|qcap_herd|qcap_fail|oom|meminfo|twodev|capture_twodev|capture_reset|reset"
-                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|sticky|sticky_read|driver_api|rdma 0|1|no_space|capture_free|capture_race [N]|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
+                    "|reset_race|errors|capture|capture_room|capture_calls|refuse_capture|idle_helper|thread_retry|twodev_quarantine|reset_capture|sticky|sticky_read|driver_api|rdma 0|1|no_space|capture_free|capture_race [N]|capture_crowd|passthrough|free_async|free_async_refused|ranges|blind|frag|packing|meminfo_pinned|pressure|peer|large|kind|giveback [S [capture]]\n"
                     "       d_pool blind_nomalloc [none|info] [VAR=VALUE]\n"
                     "       d_pool pending_error room|malloc|reset|reserve\n");
     return 2;

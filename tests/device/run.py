@@ -225,6 +225,14 @@ def case_capture_race():
     check(m.get("syncs", 0) > 100, f"the pool hardly synchronised, nothing raced: {r.stdout}")
 
 
+def case_capture_crowd():
+    """Syncs so dear (50 ms) that growing is the cheaper way: the pool still syncs before its quarantine outgrows
+    the driver's room, and a capture begun afterwards that frees and allocates 2 GiB in 20 MiB pairs is served."""
+    r = ok(run(["capture_crowd"], FAKECUDA_MEM="1G", FORGEALLOC_DEVICE_POOL_SIZE="64M", FAKECUDA_VM_US="40",
+               FAKECUDA_SYNC_DELAY_MS="50"), "a capture after dear syncs")
+    print(r.stdout.strip())
+
+
 def case_pending_error():
     """An error the program left pending is what it reads after calls the pool served with internal calls
     that failed (the pool's own errors are not left in its place)."""
