@@ -105,13 +105,7 @@ static bool sync_pays(const devstate *d, size_t n)
  * room.  False when the driver cannot say. */
 static bool quarantine_crowds(const fa_cudart *rt, const devstate *d, size_t n)
 {
-    if (d->vm.quarantined < n || !rt->cudaMemGetInfo)
-        return false;
-    size_t f = 0, t = 0;
-    fa_cuda_error before = fa_err_peek(rt);
-    bool known = rt->cudaMemGetInfo(&f, &t) == 0;
-    fa_err_absorb(rt, before);
-    return known && (uint64_t)f + d->vm.idle < d->vm.quarantined + n;
+    return d->vm.quarantined >= n && fa_meminfo_beyond(rt, d->vm.quarantined + n, d->vm.idle);
 }
 
 /* Ready memory, else (when a sync is the cheaper way: sync_pays, or the
