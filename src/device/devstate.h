@@ -47,6 +47,8 @@ typedef struct __attribute__((aligned(64))) devstate {
     uint64_t grow_ns;        /* spent creating and moving pieces since the last sync */
     uint64_t piece_ns;       /* what a piece created or moved costs (running mean; 0: none yet) */
     uint64_t sync_ns;        /* what a sync that freed the quarantine cost (running mean; 0: none yet) */
+    uint64_t synced_ns;      /* spent in syncs since pieces were last timed */
+    bool retime;             /* the next pieces timed replace piece_ns (sync_pays found it stale) */
     fa_cuda_stream probe;    /* a stream of the pool's own, for asking about a sticky error (NULL: none) */
     bool rdma;               /* pieces are created GPUDirect RDMA capable (the device supports it) */
     fa_cuda_error sticky;    /* the context's sticky error once known (0: none known); read atomically */

@@ -47,9 +47,11 @@ static fa_vm_result vm_try(devstate *d, int dev, size_t n, bool calls, bool crea
     uint64_t moved = d->vm.stolen - stolen;
     ST_ADD(d, pieces_reused, moved);
     if (created + moved) {
-        uint64_t spent = fa_dev_now_ns() - t0;
+        uint64_t spent = fa_dev_now_ns() - t0, each = spent / (created + moved);
         d->grow_ns += spent;
-        d->piece_ns = fa_dev_follow(d->piece_ns, spent / (created + moved));
+        d->piece_ns = d->retime ? each : fa_dev_follow(d->piece_ns, each);
+        d->retime = false;
+        d->synced_ns = 0;
     }
     if (created && d->vm.mapped > d->target) {
         ST_ADD(d, pieces_grown, created);
@@ -75,6 +77,10 @@ uint32_t fa_grow_release_idle(devstate *d, int dev, uint64_t keep, bool small_to
  * worth of queued work. */
 #define SYNC_GUESS_NS 1000000u
 
+/* Syncs chosen over growing, in growths at the estimated price, after
+ * which the pool grows once to time pieces again (sync_pays). */
+#define RETIME_GROWTHS 4u
+
 /* Pre: d->lock held.  Whether to synchronise (making the quarantined
  * blocks reusable) rather than grow for n bytes.  Growing maps pieces,
  * tens of microseconds each on a GPU (cuMemCreate, cuMemMap and
@@ -84,15 +90,29 @@ uint32_t fa_grow_release_idle(devstate *d, int dev, uint64_t keep, bool small_to
  * what syncs cost lately, then syncs: never more than about twice the
  * cheaper way, an idle device reuses the blocks it freed instead of
  * taking the whole device, and a busy one grows a bounded amount between
- * syncs.  Nothing to go on (no piece grown yet): grow. */
-static bool sync_pays(const devstate *d, size_t n)
+ * syncs.  Nothing to go on (no piece grown yet): grow.
+ *
+ * Pieces are timed only when the pool grows, so an estimate that came out
+ * high (the first pieces paid the driver's one-time set-up, or the thread
+ * was descheduled while they were timed) would have the pool sync from
+ * then on, behind every kernel.  Once the syncs made since pieces were last
+ * timed have cost RETIME_GROWTHS growths at the estimated price, the pool
+ * grows once instead and that growth's timing replaces the estimate: where
+ * the estimate was right, that costs at most 1/RETIME_GROWTHS more than
+ * syncing alone (and the memory grown serves the requests after it). */
+static bool sync_pays(devstate *d, size_t n)
 {
     if (d->vm.quarantined < n || !d->piece_ns)
         return false;
     /* A large block is one piece of its own size, which costs about what a
      * 2 MiB piece does; a smaller one takes a piece per 2 MiB granule. */
     uint64_t pieces = n > FA_VM_GRANULE && n < FA_VM_LARGE_MIN ? (n + FA_VM_GRANULE - 1) / FA_VM_GRANULE : 1;
-    return d->grow_ns + pieces * d->piece_ns >= (d->sync_ns ? d->sync_ns : SYNC_GUESS_NS);
+    uint64_t growth = pieces * d->piece_ns;
+    if (d->synced_ns >= RETIME_GROWTHS * growth) {
+        d->retime = true;
+        return false;
+    }
+    return d->grow_ns + growth >= (d->sync_ns ? d->sync_ns : SYNC_GUESS_NS);
 }
 
 /* Pre: d->lock held, no capture under way.  Whether growing by n would

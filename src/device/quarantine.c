@@ -101,6 +101,7 @@ void fa_quar_end(int p, const fa_sync_mark *m, uint64_t waited)
             d->covered |= 1u << p;
             d->bound_retry = 0; /* the device synchronises again */
             d->grow_ns = 0;
+            d->synced_ns += waited;
             if (waited)
                 d->sync_ns = fa_dev_follow(d->sync_ns, waited);
             release_covered(d, dev);

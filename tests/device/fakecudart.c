@@ -18,7 +18,8 @@
  *   FAKECUDA_SYNC_DELAY_MS=N (0..60000) makes cudaDeviceSynchronize wait N ms, lock not held, before the device's
  *   work lands (a GPU with that much work queued); fakecuda_set_sync_error makes it fail; FAKECUDA_VM_US=N
  *   (0..60000) makes cuMemCreate, cuMemMap and cuMemSetAccess take N microseconds each, lock not held (on an
- *   H100 they took 13-22, 1-2 and 30-60); sticky errors (fakecuda_enqueue_fault: after a kernel's illegal address
+ *   H100 they took 13-22, 1-2 and 30-60); FAKECUDA_VM_FIRST_MS=N (0..60000) makes the process's first cuMemCreate
+ *   return N ms late, lock not held (a driver's one-time set-up, or a thread descheduled in the call); sticky errors (fakecuda_enqueue_fault: after a kernel's illegal address
  *   every call that needs the context returns it, as on an H200).
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
@@ -163,6 +164,8 @@ static struct {
     unsigned delay_ms;         /* FAKECUDA_DELAY_MS */
     unsigned sync_delay_ms;    /* FAKECUDA_SYNC_DELAY_MS */
     unsigned vm_us;            /* FAKECUDA_VM_US */
+    unsigned vm_first_ms;      /* FAKECUDA_VM_FIRST_MS */
+    int vm_first_done;         /* the first cuMemCreate returned late */
     int gdr;                   /* FAKECUDA_GDR: GPUDirect RDMA with the virtual-memory API (default 1) */
     cudaError_t sync_error;    /* fakecuda_set_sync_error */
     unsigned busy_sync_ms;     /* fakecuda_set_busy_sync_ms */
@@ -347,6 +350,7 @@ static void init_locked(void)
     env_ms("FAKECUDA_DELAY_MS", &g.delay_ms);
     env_ms("FAKECUDA_SYNC_DELAY_MS", &g.sync_delay_ms);
     env_ms("FAKECUDA_VM_US", &g.vm_us);
+    env_ms("FAKECUDA_VM_FIRST_MS", &g.vm_first_ms);
     size_t mem = FC_DEFAULT_MEM;
     if ((e = getenv("FAKECUDA_MEM")) && parse_size(e, &mem) != 0) {
         say("fakecuda: ignoring FAKECUDA_MEM=%s (want bytes, or a number with K, M, G or T)", e);
@@ -577,6 +581,8 @@ static void slow_return(enum fc_fn fn)
 {
     if (g.delay_ms && (fn == FN_cudaMalloc || fn == FN_cuMemCreate || fn == FN_cuMemAddressReserve))
         sleep_ms(g.delay_ms);
+    if (fn == FN_cuMemCreate && g.vm_first_ms && !__atomic_exchange_n(&g.vm_first_done, 1, __ATOMIC_RELAXED))
+        sleep_ms(g.vm_first_ms);
     if (g.vm_us && (fn == FN_cuMemCreate || fn == FN_cuMemMap || fn == FN_cuMemSetAccess)) {
         long want = (long)g.vm_us * 1000L;
         struct timespec t0, t;
