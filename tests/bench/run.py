@@ -83,6 +83,7 @@ class Allocator:
 
 # Counts and sizes per workload, as (quick, full).
 CHURN_OPS = (4_000_000, 20_000_000)  # operations per thread
+CHURN_HOT_OPS = (10_000_000, 50_000_000)  # the same with 1024 live blocks a thread, which stay in the caches
 PRODCONS_BLOCKS = (500_000, 3_000_000)
 LARGE_ITERATIONS = (60, 300)
 LARGE_CHURN_STEPS = (600, 1500)
@@ -145,6 +146,10 @@ OPS = ("ops_per_s", "Mops/s", 1e-6)
 WORKLOADS = (
     Workload("churn-1t", "small-object churn, 1 thread", "churn", ("1", CHURN_OPS), metrics=(OPS,)),
     Workload("churn-2t", "small-object churn, 2 threads", "churn", ("2", CHURN_OPS), metrics=(OPS,)),
+    Workload("churn-hot-1t", "small-object churn in the caches, 1 thread", "churn", ("1", CHURN_HOT_OPS, "1024"),
+             metrics=(OPS,)),
+    Workload("churn-hot-2t", "small-object churn in the caches, 2 threads", "churn", ("2", CHURN_HOT_OPS, "1024"),
+             metrics=(OPS,)),
     Workload("prodcons", "cross-thread frees through a ring", "prodcons", (PRODCONS_BLOCKS,), metrics=(OPS,)),
     Workload(
         "large-repeat",
