@@ -439,11 +439,30 @@ static void tc_cache_update(void)
     tc_cache_store(v);
 }
 
+/* How old the copy may grow before the calls refresh it.  A refresh
+ * reads five numbers that each walk all of tcmalloc's caches under their
+ * locks (16 us together), and the other threads wait for those locks
+ * meanwhile: made at every 65,536th free of a thread, a millisecond apart
+ * in a loop of small frees, it cost two such threads 4% of their CPU time
+ * (docs/performance.md, small-object churn). */
+#define TC_CACHE_MS 100
+
+/* Whether the newest copy is younger than TC_CACHE_MS. */
+static bool tc_cache_fresh(void)
+{
+    unsigned n = __atomic_load_n(&tc_cache_writes, __ATOMIC_ACQUIRE);
+    if (n == 0)
+        return false;
+    uint64_t when = __atomic_load_n(&tc_cache[(n - 1) & 1].when_ms, __ATOMIC_RELAXED);
+    return now_ms(CLOCK_MONOTONIC_COARSE) - when < TC_CACHE_MS;
+}
+
 static __attribute__((noinline)) void tc_cache_refresh(void)
 {
     fa_owner_adopt(); /* a child of a fork without handlers that makes no large allocation */
     fa_release_nudge();
-    tc_cache_update();
+    if (!tc_cache_fresh())
+        tc_cache_update();
 }
 
 /* size 0: unsized; align 0: default alignment.  A sized delete must get
@@ -475,7 +494,7 @@ static __attribute__((noinline)) void release_maybe_large(void *p, size_t size, 
 
 /* Every 256th look of a thread's frees (or deletes): every 65,536th call,
  * the copy of tcmalloc's numbers that signal-time reports use is
- * refreshed (a few microseconds). */
+ * refreshed, once it is TC_CACHE_MS old. */
 #define TC_CACHE_DUE(word) __builtin_expect((((word) >> 16) & 0xff) == 0, 0)
 
 /* The out-of-line malloc: the thread's first call (or one after its exit

@@ -2206,6 +2206,25 @@ def case_secure():
         shutil.rmtree(d)
 
 
+def case_tc_reads_paced():
+    """The copy of tcmalloc's numbers that signal-time reports use is refreshed at most every 100 ms: each refresh
+    walks all of tcmalloc's caches under their locks, five times, and threads that free small blocks fast made one
+    every 65,536 frees (about 60 in a 2-thread run of 2 million pairs each, where the other thread waited for the
+    locks).  Counted by a library preloaded beside the shim that sees every read, with the text dump on as the
+    launchers set it."""
+    lib = os.path.join(ARGS.bindir, "libp_tcprop_lib.so")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([prog("p_pairs"), "2", "2000000"], preload=False, timeout=120,
+                env=base_env(LD_PRELOAD=f"{ARGS.lib} {lib}", FORGEALLOC_STATS="text",
+                             FORGEALLOC_STATS_FILE=f"{d}/%p.txt"))
+    check(r.returncode == 0, f"p_pairs exited {r.returncode}: {r.stderr[-500:]}")
+    ms = int(re.search(r"ms (\d+)", r.stdout).group(1))
+    walks = int(re.search(r"tcprop walks (\d+)", r.stderr).group(1))
+    # One at the start, one per 100 ms (a coarse tick late), the exit dump's.
+    most = 2 + (ms + 4) // 100 + 1
+    check(walks <= most, f"{walks} walks of tcmalloc's caches in {ms} ms of small frees (at most {most})")
+
+
 def case_io_wrapper():
     """Another preloaded library wraps open and pread and allocates in them (tracers, sandboxes): nothing hangs,
     at tcmalloc's start (the start fill reads /proc while tcmalloc holds its lock) or in a large calloc; output
