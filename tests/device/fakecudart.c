@@ -19,8 +19,9 @@
  *   work lands (a GPU with that much work queued); fakecuda_set_sync_error makes it fail; FAKECUDA_VM_US=N
  *   (0..60000) makes cuMemCreate, cuMemMap and cuMemSetAccess take N microseconds each, lock not held (on an
  *   H100 they took 13-22, 1-2 and 30-60); FAKECUDA_VM_FIRST_MS=N (0..60000) makes the process's first cuMemCreate
- *   return N ms late, lock not held (a driver's one-time set-up, or a thread descheduled in the call); sticky errors (fakecuda_enqueue_fault: after a kernel's illegal address
- *   every call that needs the context returns it, as on an H200).
+ *   return N ms late, lock not held (a driver's one-time set-up, or a thread descheduled in the call); sticky
+ *   errors (fakecuda_enqueue_fault: after a kernel's illegal address every call that needs the context returns it,
+ *   as on an H200).
  * Does not model: kernels (fakecuda_enqueue_fill stands in); concurrency (nothing runs in the background: work lands
  *   when someone synchronises); graphs (captured work never runs); memory pools, cudaStreamWaitEvent,
  *   event timing, per-thread default streams (they are the legacy stream), managed-memory migration.
