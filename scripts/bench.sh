@@ -4,7 +4,7 @@
 # interleaved, with medians and ratios.
 #
 # usage: scripts/bench.sh [--quick] [--json FILE] [--plot FILE.png]
-#                         [--only NAME...] [--allocators NAME...] [--reps N]
+#                         [--only NAME...] [--allocators NAME...] [--reps N] [--no-warmup]
 #                         [--variant NAME:FORGEALLOC_X=Y[,FORGEALLOC_Z=W]]
 # BUILD (default: build, relative to the repository) is the CMake build
 # directory holding libforgealloc.so; the workloads are built in $BUILD/bench.

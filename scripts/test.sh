@@ -37,4 +37,4 @@ BUILD=build-nocuda scripts/build.sh -DFA_CUDA_INCLUDE=FA_CUDA_INCLUDE-NOTFOUND -
 # Benchmarks are not tests: this only proves the suite runs (every
 # workload, under plain tcmalloc and forgealloc).
 step "benchmark smoke run (numbers not judged)"
-scripts/bench.sh --quick --reps 1 --allocators tcmalloc forgealloc --json "${BUILD:-build}/bench-smoke.json"
+scripts/bench.sh --quick --reps 1 --no-warmup --allocators tcmalloc forgealloc --json "${BUILD:-build}/bench-smoke.json"

@@ -551,13 +551,14 @@ def round_order(n, rep):
     return order[::-1] if (rep // n) % 2 else order
 
 
-def run_workload(workload, allocators, reps, argv, base_env, bin_dir, scratch):
-    """Warm-up run (discarded), then reps rounds over all allocators, each
-    in the order of round_order."""
+def run_workload(workload, allocators, reps, argv, base_env, bin_dir, scratch, warmup=True):
+    """Warm-up run (discarded; none where warmup is false), then reps rounds
+    over all allocators, each in the order of round_order."""
     samples = {a.name: [] for a in allocators}
     first = allocators[0]
-    run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch, workload.cgroup_mib,
-             workload.timeout_s)
+    if warmup:
+        run_once(argv, dict(base_env, **workload.env, **first.env), first.preload, bin_dir, scratch,
+                 workload.cgroup_mib, workload.timeout_s)
     for rep in range(reps):
         line = []
         for allocator in (allocators[i] for i in round_order(len(allocators), rep)):
@@ -707,6 +708,9 @@ def parse_args():
     )
     parser.add_argument("--reps", type=int, help="repetitions per allocator (default: 3 quick, 5 full)")
     parser.add_argument(
+        "--no-warmup", action="store_true", help="no discarded first run per workload (a smoke run, numbers not judged)"
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -796,7 +800,7 @@ def main():
             argv = workload_argv(workload, mode, bin_dir)
             print(f"{workload.name}: {' '.join(argv)}", file=sys.stderr, flush=True)
             chosen = [allocators[n] for n in names]
-            samples = run_workload(workload, chosen, reps, argv, base_env, bin_dir, scratch)
+            samples = run_workload(workload, chosen, reps, argv, base_env, bin_dir, scratch, not args.no_warmup)
             rows = {}
             for name in names:
                 rows[name] = summarize(samples[name])
