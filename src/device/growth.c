@@ -109,6 +109,9 @@ static bool sync_pays(devstate *d, size_t n)
     uint64_t pieces = n > FA_VM_GRANULE && n < FA_VM_LARGE_MIN ? (n + FA_VM_GRANULE - 1) / FA_VM_GRANULE : 1;
     uint64_t growth = pieces * d->piece_ns;
     if (d->synced_ns >= RETIME_GROWTHS * growth) {
+        /* One try per RETIME_GROWTHS: where the driver has no room for it,
+         * the requests after it sync at once again. */
+        d->synced_ns = 0;
         d->retime = true;
         return false;
     }
