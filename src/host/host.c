@@ -443,8 +443,9 @@ static void tc_cache_update(void)
  * reads five numbers that each walk all of tcmalloc's caches under their
  * locks (16 us together), and the other threads wait for those locks
  * meanwhile: made at every 65,536th free of a thread, a millisecond apart
- * in a loop of small frees, it cost two such threads 4% of their CPU time
- * (docs/performance.md, small-object churn). */
+ * in a loop of small frees, it cost that loop 2-3% of its CPU time, more
+ * where a thread holding the locks is preempted (docs/performance.md,
+ * small-object churn). */
 #define TC_CACHE_MS 100
 
 /* Whether the newest copy is younger than TC_CACHE_MS. */
