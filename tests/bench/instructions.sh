@@ -9,6 +9,9 @@
 # without the malloc and free (pairs ... noalloc) gives the loop's own
 # instructions, subtracted from both, so the figures are the allocator's.
 #
+# The forward column is libforward.so (forward.c): malloc and free enter a
+# library that only jumps on into tcmalloc, what interposing alone adds.
+#
 #   small:  16-256 B, the shape of churn's blocks
 #   medium: 257 KiB-2 MiB (tcmalloc's page heap), first byte written only
 #
@@ -41,6 +44,10 @@ mkdir -p "$build/bench"
 pairs=$build/bench/pairs
 if [[ ! -x $pairs || $root/tests/bench/pairs.c -nt $pairs || $root/tests/bench/bench.h -nt $pairs ]]; then
     "${CC:-gcc}" -O2 -g -std=gnu11 -Wall -Wextra -o "$pairs" "$root/tests/bench/pairs.c"
+fi
+forward=$build/bench/libforward.so
+if [[ ! -e $forward || $root/tests/bench/forward.c -nt $forward ]]; then
+    "${CC:-gcc}" -O2 -g -Wall -Wextra -fPIC -shared -fno-plt -o "$forward" "$root/tests/bench/forward.c" "$tcmalloc"
 fi
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -80,7 +87,8 @@ per_pair() {
         printf "%.1f %.1f %.1f\n", (x[1] - y[1]) / n, (x[2] - y[2]) / n, (x[3] - y[3]) / n }'
 }
 
-printf '%-7s %-14s %6s  %-22s %-22s %-22s\n' shape sizes loop "tcmalloc pair (m+f)" "forgealloc pair (m+f)" "added pair (m+f)"
+printf '%-7s %-14s %6s  %-22s %-18s %-22s %-22s\n' shape sizes loop "tcmalloc pair (m+f)" "forward added" \
+    "forgealloc pair (m+f)" "added pair (m+f)"
 for shape in small medium; do
     if [[ $shape == small ]]; then
         n=$small_pairs lo=16 hi=256 sizes="16-256 B"
@@ -89,12 +97,14 @@ for shape in small medium; do
     fi
     read -r loop _ _ < <(per_pair "" "$n" "$lo" "$hi" noalloc)
     read -r tc tcm tcf < <(per_pair "$tcmalloc" "$n" "$lo" "$hi")
+    read -r fw fwm fwf < <(per_pair "$forward" "$n" "$lo" "$hi")
     read -r fa fam faf < <(per_pair "$forgealloc" "$n" "$lo" "$hi")
     awk -v s="$shape" -v z="$sizes" -v l="$loop" -v t="$tc" -v tm="$tcm" -v tf="$tcf" \
-        -v f="$fa" -v fm="$fam" -v ff="$faf" 'BEGIN {
-        printf "%-7s %-14s %6.1f  %-22s %-22s %-22s\n", s, z, l,
-            sprintf("%.1f (%.1f+%.1f)", t - l, tm, tf), sprintf("%.1f (%.1f+%.1f)", f - l, fm, ff),
-            sprintf("%.1f (%.1f+%.1f)", f - t, fm - tm, ff - tf) }'
+        -v w="$fw" -v wm="$fwm" -v wf="$fwf" -v f="$fa" -v fm="$fam" -v ff="$faf" 'BEGIN {
+        printf "%-7s %-14s %6.1f  %-22s %-18s %-22s %-22s\n", s, z, l,
+            sprintf("%.1f (%.1f+%.1f)", t - l, tm, tf), sprintf("%.1f (%.1f+%.1f)", w - t, wm - tm, wf - tf),
+            sprintf("%.1f (%.1f+%.1f)", f - l, fm, ff), sprintf("%.1f (%.1f+%.1f)", f - t, fm - tm, ff - tf) }'
 done
 echo "instructions per malloc+free pair: callgrind's count in the loop less the loop's own (loop column);"
-echo "m+f: inclusive counts of malloc and of free alone (without the call's set-up in the caller)"
+echo "m+f: inclusive counts of malloc and of free alone (without the call's set-up in the caller);"
+echo "forward added: what a library that only jumps on into tcmalloc adds (forward.c); added: what forgealloc adds"

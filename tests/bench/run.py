@@ -50,6 +50,7 @@ C_HEADERS = ("bench.h",)
 # build has it (BUILD/tests/device/libcudart.so.13).
 DEVICE_PROGRAM = "device_pool"
 DEVICE_DIR = os.path.join(REPO_DIR, "tests", "device")
+FORWARD_LIB = "libforward.so"  # tcmalloc+forward's library (forward.c), linked to tcmalloc
 
 REPS = {"quick": 3, "full": 5}
 RUN_TIMEOUT_S = 600
@@ -133,7 +134,10 @@ class Workload:
 STANDARD_ALLOCATORS = ("glibc", "glibc-mmap1M", "tcmalloc", "jemalloc", "mimalloc", "forgealloc")
 # forgealloc+stats: stats-overhead only; forgealloc+text (the text dump the launchers set, to a file per
 # process): the real-program rows; glibc+trim (malloc_trim(0) after each unload): model-switch only.
-ALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "forgealloc+stats", "forgealloc+text", "glibc+trim")
+# tcmalloc+forward (forward.c: malloc and free enter a library that only jumps on into tcmalloc): the
+# small-object rows, where it shows what interposing at all costs, apart from what forgealloc adds.
+ALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "tcmalloc+forward", "forgealloc+stats", "forgealloc+text", "glibc+trim")
+SMALL_ALLOCATORS = (*STANDARD_ALLOCATORS, "tcmalloc+forward")
 # Programs nobody here wrote (real_program.py): against plain tcmalloc, with the stats dump on and off.
 REAL_ALLOCATORS = ("glibc", "tcmalloc", "forgealloc", "forgealloc+text")
 REAL_METRICS = (
@@ -144,13 +148,16 @@ REAL_METRICS = (
 OPS = ("ops_per_s", "Mops/s", 1e-6)
 
 WORKLOADS = (
-    Workload("churn-1t", "small-object churn, 1 thread", "churn", ("1", CHURN_OPS), metrics=(OPS,)),
-    Workload("churn-2t", "small-object churn, 2 threads", "churn", ("2", CHURN_OPS), metrics=(OPS,)),
+    Workload("churn-1t", "small-object churn, 1 thread", "churn", ("1", CHURN_OPS), metrics=(OPS,),
+             allocators=SMALL_ALLOCATORS),
+    Workload("churn-2t", "small-object churn, 2 threads", "churn", ("2", CHURN_OPS), metrics=(OPS,),
+             allocators=SMALL_ALLOCATORS),
     Workload("churn-hot-1t", "small-object churn in the caches, 1 thread", "churn", ("1", CHURN_HOT_OPS, "1024"),
-             metrics=(OPS,)),
+             metrics=(OPS,), allocators=SMALL_ALLOCATORS),
     Workload("churn-hot-2t", "small-object churn in the caches, 2 threads", "churn", ("2", CHURN_HOT_OPS, "1024"),
-             metrics=(OPS,)),
-    Workload("prodcons", "cross-thread frees through a ring", "prodcons", (PRODCONS_BLOCKS,), metrics=(OPS,)),
+             metrics=(OPS,), allocators=SMALL_ALLOCATORS),
+    Workload("prodcons", "cross-thread frees through a ring", "prodcons", (PRODCONS_BLOCKS,), metrics=(OPS,),
+             allocators=SMALL_ALLOCATORS),
     Workload(
         "large-repeat",
         "1-64 MiB buffers allocated, touched, freed",
@@ -460,6 +467,10 @@ def build_programs(out_dir, cudart_dir):
                          [os.path.join(DEVICE_DIR, "fakecuda.h")], flags))
     else:
         note = f"device-pool: {cudart_dir}/libcudart.so.13 (the stand-in runtime) not built, skipped"
+    tcmalloc = find_library(TCMALLOC_SONAME)
+    if tcmalloc:
+        programs.append((FORWARD_LIB, os.path.join(BENCH_DIR, "forward.c"), [tcmalloc],
+                         ["-fPIC", "-shared", "-fno-plt", tcmalloc]))
     for program, source, deps, flags in programs:
         binary = os.path.join(out_dir, program)
         newest = max(os.path.getmtime(p) for p in [source, *deps])
@@ -770,6 +781,9 @@ def main():
         except (OSError, subprocess.CalledProcessError) as e:
             print(f"error: cannot build the workloads: {e}", file=sys.stderr)
             return 1
+        forward = os.path.join(bin_dir, FORWARD_LIB)
+        if os.path.exists(forward):
+            allocators["tcmalloc+forward"] = Allocator("tcmalloc+forward", forward)
 
         base_env = clean_env()
         results = []
