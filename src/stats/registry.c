@@ -12,7 +12,7 @@
  * the free ones, which the child needs as they were.  So a child's counts
  * start at zero at the fork itself, also where no fork handler runs (and a
  * zeroed record has its gates closed: the thread's next call reopens them).
- * A record is about 7 KiB, most of it the counters of small sizes. */
+ * A record is about 1 KiB, most of it the counters of small sizes. */
 #include "stats.h"
 
 #include <errno.h>
