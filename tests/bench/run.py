@@ -454,8 +454,9 @@ def discover_allocators(forgealloc_lib, stats_file):
     return {a.name: a for a in allocators}, notes
 
 
-def build_programs(out_dir, cudart_dir):
-    """Compile each C workload whose binary is missing or older than its sources.
+def build_programs(out_dir, cudart_dir, tcmalloc):
+    """Compile each C workload whose binary is missing or older than its sources,
+    and libforward.so against tcmalloc (its path; "" = none found).
     Returns a note if the device workload cannot be built (no stand-in runtime)."""
     os.makedirs(out_dir, exist_ok=True)
     headers = [os.path.join(BENCH_DIR, h) for h in C_HEADERS]
@@ -467,7 +468,6 @@ def build_programs(out_dir, cudart_dir):
                          [os.path.join(DEVICE_DIR, "fakecuda.h")], flags))
     else:
         note = f"device-pool: {cudart_dir}/libcudart.so.13 (the stand-in runtime) not built, skipped"
-    tcmalloc = find_library(TCMALLOC_SONAME)
     if tcmalloc:
         programs.append((FORWARD_LIB, os.path.join(BENCH_DIR, "forward.c"), [tcmalloc],
                          ["-fPIC", "-shared", "-fno-plt", tcmalloc]))
@@ -775,7 +775,8 @@ def main():
         for note in notes:
             print(f"note: {note}")
         try:
-            note = build_programs(bin_dir, os.path.join(build_dir, "tests", "device"))
+            tcmalloc = allocators["tcmalloc"].preload if "tcmalloc" in allocators else ""
+            note = build_programs(bin_dir, os.path.join(build_dir, "tests", "device"), tcmalloc)
             if note:
                 print(f"note: {note}")
         except (OSError, subprocess.CalledProcessError) as e:
