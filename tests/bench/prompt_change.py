@@ -20,13 +20,15 @@ usage: prompt_change.py --encoder MB --prompts N --gap S [--hold S] [--loaded MB
 Prints one JSON object: offload_ms (median over prompts after the first; offload_ms_mean their mean,
 which counts the prompts an allocator made slow while it learnt; offload_ms_later the median from the third
 prompt on, once an allocator that learns from the second had the chance),
-offload_ms_first, anon_gap_max / anon_gap_median (RssAnon late in each gap,
+offload_ms_first, offload_faults_each (the page faults of each prompt's offload, minor and major: memory the
+allocator had to have the kernel fill again; offload_faults_later their median from the third prompt), anon_gap_max / anon_gap_median (RssAnon late in each gap,
 bytes) and rss_baseline.
 """
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import time
 
@@ -63,6 +65,11 @@ def encoder_shapes(target_bytes):
     return shapes
 
 
+def page_faults():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt + usage.ru_majflt
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--encoder", type=int, required=True, help="encoder size in MiB (fp16)")
@@ -78,11 +85,13 @@ def main():
     if args.loaded:
         model = [torch.empty(shape, dtype=torch.float16).fill_(1) for shape in encoder_shapes(args.loaded * MIB)]
         del model
-    offload, gap_anon = [], []
+    offload, faults, gap_anon = [], [], []
     for prompt in range(args.prompts):
+        before = page_faults()
         start = time.monotonic()
         encoder = [torch.empty(shape, dtype=torch.float16).fill_(prompt + 1) for shape in shapes]
         offload.append(time.monotonic() - start)
+        faults.append(page_faults() - before)
         time.sleep(args.hold)
         del encoder
         time.sleep(args.gap * 0.9)
@@ -100,6 +109,8 @@ def main():
                 "offload_ms_first": round(offload[0] * 1000, 2),
                 "offload_ms_later": round(statistics.median(offload[2:] or later) * 1000, 2),
                 "offload_ms_each": [round(x * 1000, 2) for x in offload],
+                "offload_faults_each": faults,
+                "offload_faults_later": int(statistics.median(faults[2:] or faults[1:] or faults)),
                 "anon_gap_max": max(gap_anon),
                 "anon_gap_median": int(statistics.median(gap_anon)),
             }

@@ -245,6 +245,7 @@ WORKLOADS = (
         metrics=(
             ("offload_ms", "ms/offload", 1),
             ("offload_ms_mean", "ms/offload mean", 1),
+            ("offload_faults_later", "faults/offload from the 3rd", 1),
             ("anon_gap_median", "MB anon between prompts", 1 / MB),
         ),
         needs_module="torch",
@@ -299,6 +300,7 @@ WORKLOADS = (
             allocators=("tcmalloc", "forgealloc"),
             metrics=(
                 ("offload_ms_later", "ms/offload from the 3rd", 1),
+                ("offload_faults_later", "faults/offload from the 3rd", 1),
                 ("anon_gap_median", "MB anon between prompts", 1 / MB),
             ),
             needs_module="torch",
