@@ -21,8 +21,8 @@ Prints one JSON object: offload_ms (median over prompts after the first; offload
 which counts the prompts an allocator made slow while it learnt; offload_ms_later the median from the third
 prompt on, once an allocator that learns from the second had the chance),
 offload_ms_first, offload_faults_each (the page faults of each prompt's offload, minor and major: memory the
-allocator had to have the kernel fill again; offload_faults_later their median from the third prompt), anon_gap_max / anon_gap_median (RssAnon late in each gap,
-bytes) and rss_baseline.
+allocator had to have the kernel fill again; offload_faults_later their median from the third prompt),
+anon_gap_max / anon_gap_median (RssAnon late in each gap, bytes) and rss_baseline.
 """
 
 import argparse
