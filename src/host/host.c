@@ -451,11 +451,8 @@ static void tc_cache_update(void)
 /* Whether the newest copy is younger than TC_CACHE_MS. */
 static bool tc_cache_fresh(void)
 {
-    unsigned n = __atomic_load_n(&tc_cache_writes, __ATOMIC_ACQUIRE);
-    if (n == 0)
-        return false;
-    uint64_t when = __atomic_load_n(&tc_cache[(n - 1) & 1].when_ms, __ATOMIC_RELAXED);
-    return now_ms(CLOCK_MONOTONIC_COARSE) - when < TC_CACHE_MS;
+    uint64_t v[FA_TC_COUNT], when;
+    return tc_cache_load(v, &when) && now_ms(CLOCK_MONOTONIC_COARSE) - when < TC_CACHE_MS;
 }
 
 static __attribute__((noinline)) void tc_cache_refresh(void)
